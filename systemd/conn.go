@@ -1,0 +1,77 @@
+// Package systemd is podunit's only door to systemd: transient units and
+// slices over D-Bus, with a deadline on every call and typed job results.
+package systemd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	sd "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/podunit/podunit/errdefs"
+)
+
+// Property is a unit property as sent to StartTransientUnit / SetUnitProperties.
+type Property = sd.Property
+
+// UnitStatus is one row of ListUnits.
+type UnitStatus = sd.UnitStatus
+
+// Conn is the part of systemd's manager API podunit uses. The D-Bus adapter
+// (New) and the in-memory Fake implement it.
+type Conn interface {
+	// StartTransientUnit creates and starts a transient unit and waits for
+	// its start job. A unit of that name left over in failed state is reset
+	// and the start retried once; a live one gives ErrExists.
+	StartTransientUnit(ctx context.Context, name string, props []Property) error
+	// StopUnit stops a unit and waits for the job; a unit that does not
+	// exist is already stopped, so it returns nil.
+	StopUnit(ctx context.Context, name string) error
+	// KillUnit sends sig to all processes of the unit (or only its main
+	// process when mainOnly). ErrNotFound if the unit is not loaded.
+	KillUnit(ctx context.Context, name string, sig int32, mainOnly bool) error
+	// ResetFailedUnit forgets a failed unit; no such unit is not an error.
+	ResetFailedUnit(ctx context.Context, name string) error
+	// SetUnitProperties changes properties of a live unit (runtime only).
+	SetUnitProperties(ctx context.Context, name string, props ...Property) error
+	// UnitProperties returns the properties of a unit for the given
+	// interface ("Unit", "Service", "Slice"). ErrNotFound if not loaded.
+	UnitProperties(ctx context.Context, name, iface string) (map[string]any, error)
+	// ListUnits returns loaded units whose names match the glob patterns.
+	ListUnits(ctx context.Context, patterns ...string) ([]UnitStatus, error)
+	// Ping checks that systemd answers on the bus.
+	Ping(ctx context.Context) error
+	Close()
+}
+
+// JobResult is the outcome of a systemd job, as in JobRemoved's result.
+type JobResult string
+
+const (
+	JobDone       JobResult = "done"
+	JobCanceled   JobResult = "canceled"
+	JobTimeout    JobResult = "timeout"
+	JobFailed     JobResult = "failed"
+	JobDependency JobResult = "dependency"
+	JobSkipped    JobResult = "skipped"
+)
+
+// JobError reports a job that did not end in "done".
+type JobError struct {
+	Unit   string
+	Job    string // "start", "stop"
+	Result JobResult
+}
+
+func (e *JobError) Error() string {
+	return fmt.Sprintf("systemd %s job for %s finished with result %q", e.Job, e.Unit, e.Result)
+}
+
+// Unwrap lets callers treat a failed start as a precondition failure.
+func (e *JobError) Unwrap() error { return errdefs.ErrPrecondition }
+
+// IsJobError reports whether err is a systemd job that did not complete.
+func IsJobError(err error) bool {
+	var je *JobError
+	return errors.As(err, &je)
+}

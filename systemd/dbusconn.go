@@ -1,0 +1,283 @@
+package systemd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	sd "github.com/coreos/go-systemd/v22/dbus"
+	godbus "github.com/godbus/dbus/v5"
+	"github.com/podunit/podunit/errdefs"
+)
+
+const (
+	errUnitExists = "org.freedesktop.systemd1.UnitExists"
+	errNoSuchUnit = "org.freedesktop.systemd1.NoSuchUnit"
+	errNotLoaded  = "org.freedesktop.systemd1.LoadFailed"
+)
+
+// Options configure the D-Bus adapter.
+type Options struct {
+	// CallTimeout bounds every D-Bus call and job wait whose caller
+	// context has no earlier deadline.
+	CallTimeout time.Duration
+	// MaxParallelJobs bounds concurrent start/stop jobs so a burst of CRI
+	// calls does not pile up on PID 1.
+	MaxParallelJobs int
+	Logger          *slog.Logger
+	// Dial opens the connection; nil means the system bus
+	// (DBUS_SYSTEM_BUS_ADDRESS is honoured by godbus).
+	Dial func(ctx context.Context) (*sd.Conn, error)
+}
+
+// DBus is the go-systemd backed Conn. It holds one shared connection and
+// replaces it when the bus goes away (dbus-daemon restart), on the next call.
+type DBus struct {
+	opts Options
+	jobs chan struct{}
+
+	mu   sync.Mutex
+	conn *sd.Conn
+}
+
+var _ Conn = (*DBus)(nil)
+
+// New returns a Conn that connects lazily; the first call dials.
+func New(opts Options) *DBus {
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = 30 * time.Second
+	}
+	if opts.MaxParallelJobs <= 0 {
+		opts.MaxParallelJobs = 16
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Dial == nil {
+		opts.Dial = sd.NewSystemConnectionContext
+	}
+	return &DBus{opts: opts, jobs: make(chan struct{}, opts.MaxParallelJobs)}
+}
+
+func (d *DBus) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d.opts.CallTimeout {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d.opts.CallTimeout)
+}
+
+// get returns a live connection, dialling a new one if the old one died.
+func (d *DBus) get(ctx context.Context) (*sd.Conn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.conn != nil && d.conn.Connected() {
+		return d.conn, nil
+	}
+	if d.conn != nil {
+		d.conn.Close()
+		d.conn = nil
+		d.opts.Logger.Warn("systemd bus connection lost, reconnecting")
+	}
+	c, err := d.opts.Dial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("connect to systemd over D-Bus: %v: %w", err, errdefs.ErrUnavailable)
+	}
+	d.conn = c
+	return c, nil
+}
+
+// call runs fn with a live connection and a bounded context, classifying
+// transport errors so callers see ErrUnavailable / ErrDeadline.
+func (d *DBus) call(ctx context.Context, op string, fn func(context.Context, *sd.Conn) error) error {
+	ctx, cancel := d.withTimeout(ctx)
+	defer cancel()
+	c, err := d.get(ctx)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	err = fn(ctx, c)
+	observeCall(op, time.Since(start), err)
+	return d.classify(ctx, op, c, err)
+}
+
+func (d *DBus) classify(ctx context.Context, op string, c *sd.Conn, err error) error {
+	if err == nil {
+		return nil
+	}
+	var de godbus.Error
+	if errors.As(err, &de) {
+		switch de.Name {
+		case errNoSuchUnit, errNotLoaded:
+			return fmt.Errorf("%s: %v: %w", op, err, errdefs.ErrNotFound)
+		case errUnitExists:
+			return fmt.Errorf("%s: %v: %w", op, err, errdefs.ErrExists)
+		}
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if ctx.Err() != nil && !errors.Is(err, errdefs.ErrDeadline) {
+		return fmt.Errorf("%s: systemd did not answer: %v: %w", op, err, errdefs.ErrDeadline)
+	}
+	if !c.Connected() {
+		return fmt.Errorf("%s: systemd bus connection lost: %v: %w", op, err, errdefs.ErrUnavailable)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+func (d *DBus) acquireJob(ctx context.Context) (func(), error) {
+	select {
+	case d.jobs <- struct{}{}:
+		return func() { <-d.jobs }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for a free systemd job slot: %v: %w", ctx.Err(), errdefs.ErrDeadline)
+	}
+}
+
+// waitJob waits for a job result. The channel is buffered by the caller so
+// go-systemd's signal dispatcher never blocks on a caller that gave up.
+func waitJob(ctx context.Context, ch <-chan string, unit, job string) error {
+	select {
+	case r := <-ch:
+		if JobResult(r) != JobDone {
+			return &JobError{Unit: unit, Job: job, Result: JobResult(r)}
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("systemd %s job for %s: %v: %w", job, unit, ctx.Err(), errdefs.ErrDeadline)
+	}
+}
+
+func (d *DBus) StartTransientUnit(ctx context.Context, name string, props []Property) error {
+	ctx, cancel := d.withTimeout(ctx)
+	defer cancel()
+	release, err := d.acquireJob(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	start := func() error {
+		ch := make(chan string, 1)
+		err := d.call(ctx, "StartTransientUnit "+name, func(ctx context.Context, c *sd.Conn) error {
+			_, err := c.StartTransientUnitContext(ctx, name, "replace", props, ch)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		return waitJob(ctx, ch, name, "start")
+	}
+	err = start()
+	if errors.Is(err, errdefs.ErrExists) {
+		// A leftover failed unit of the same name blocks the name until it
+		// is reset; a live one must not be touched.
+		if rerr := d.ResetFailedUnit(ctx, name); rerr == nil {
+			err = start()
+		}
+	}
+	return err
+}
+
+func (d *DBus) StopUnit(ctx context.Context, name string) error {
+	ctx, cancel := d.withTimeout(ctx)
+	defer cancel()
+	release, err := d.acquireJob(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	ch := make(chan string, 1)
+	err = d.call(ctx, "StopUnit "+name, func(ctx context.Context, c *sd.Conn) error {
+		_, err := c.StopUnitContext(ctx, name, "replace", ch)
+		return err
+	})
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return waitJob(ctx, ch, name, "stop")
+}
+
+func (d *DBus) KillUnit(ctx context.Context, name string, sig int32, mainOnly bool) error {
+	who := sd.All
+	if mainOnly {
+		who = sd.Main
+	}
+	return d.call(ctx, "KillUnit "+name, func(ctx context.Context, c *sd.Conn) error {
+		return c.KillUnitWithTarget(ctx, name, who, sig)
+	})
+}
+
+func (d *DBus) ResetFailedUnit(ctx context.Context, name string) error {
+	err := d.call(ctx, "ResetFailedUnit "+name, func(ctx context.Context, c *sd.Conn) error {
+		return c.ResetFailedUnitContext(ctx, name)
+	})
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+func (d *DBus) SetUnitProperties(ctx context.Context, name string, props ...Property) error {
+	return d.call(ctx, "SetUnitProperties "+name, func(ctx context.Context, c *sd.Conn) error {
+		return c.SetUnitPropertiesContext(ctx, name, true, props...)
+	})
+}
+
+func (d *DBus) UnitProperties(ctx context.Context, name, iface string) (map[string]any, error) {
+	var out map[string]any
+	err := d.call(ctx, "GetUnitProperties "+name, func(ctx context.Context, c *sd.Conn) error {
+		var err error
+		if iface == "" || iface == "Unit" {
+			out, err = c.GetUnitPropertiesContext(ctx, name)
+		} else {
+			out, err = c.GetUnitTypePropertiesContext(ctx, name, iface)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Asking for an unknown unit's properties loads a stub with
+	// LoadState=not-found rather than failing; report it as missing.
+	if ls, ok := out["LoadState"].(string); ok && ls == "not-found" {
+		return nil, fmt.Errorf("unit %s: %w", name, errdefs.ErrNotFound)
+	}
+	return out, nil
+}
+
+func (d *DBus) ListUnits(ctx context.Context, patterns ...string) ([]UnitStatus, error) {
+	var out []UnitStatus
+	err := d.call(ctx, "ListUnitsByPatterns", func(ctx context.Context, c *sd.Conn) error {
+		var err error
+		out, err = c.ListUnitsByPatternsContext(ctx, nil, patterns)
+		return err
+	})
+	return out, err
+}
+
+func (d *DBus) Ping(ctx context.Context) error {
+	return d.call(ctx, "Ping", func(ctx context.Context, c *sd.Conn) error {
+		p, err := c.SystemStateContext(ctx)
+		if err != nil {
+			return err
+		}
+		if p == nil {
+			return fmt.Errorf("no SystemState")
+		}
+		return nil
+	})
+}
+
+func (d *DBus) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.conn != nil {
+		d.conn.Close()
+		d.conn = nil
+	}
+}

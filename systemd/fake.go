@@ -1,0 +1,176 @@
+package systemd
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"sort"
+	"sync"
+
+	"github.com/podunit/podunit/errdefs"
+)
+
+// FakeUnit is a unit as the Fake keeps it.
+type FakeUnit struct {
+	Name        string
+	Props       map[string]any // as given, godbus Variant values unwrapped
+	ActiveState string         // "active", "inactive", "failed"
+	Signals     []int32        // signals delivered by KillUnit
+}
+
+// Fake is an in-memory Conn for unit tests. StartFunc and StopFunc, when
+// set, decide a job's result (and may mutate the unit, e.g. mark it failed).
+type Fake struct {
+	mu        sync.Mutex
+	Units     map[string]*FakeUnit
+	Calls     []string
+	StartFunc func(u *FakeUnit) JobResult
+	StopFunc  func(u *FakeUnit) JobResult
+	Down      bool // every call fails with ErrUnavailable
+}
+
+var _ Conn = (*Fake)(nil)
+
+// NewFake returns an empty fake systemd.
+func NewFake() *Fake { return &Fake{Units: map[string]*FakeUnit{}} }
+
+func (f *Fake) record(s string) error {
+	f.Calls = append(f.Calls, s)
+	if f.Down {
+		return fmt.Errorf("fake systemd down: %w", errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+func (f *Fake) StartTransientUnit(ctx context.Context, name string, props []Property) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("start " + name); err != nil {
+		return err
+	}
+	if u, ok := f.Units[name]; ok {
+		if u.ActiveState != "failed" {
+			return fmt.Errorf("unit %s: %w", name, errdefs.ErrExists)
+		}
+		delete(f.Units, name) // reset-failed + retry, as the D-Bus adapter does
+	}
+	u := &FakeUnit{Name: name, Props: map[string]any{}, ActiveState: "active"}
+	for _, p := range props {
+		u.Props[p.Name] = p.Value.Value()
+	}
+	f.Units[name] = u
+	if f.StartFunc != nil {
+		if r := f.StartFunc(u); r != JobDone {
+			return &JobError{Unit: name, Job: "start", Result: r}
+		}
+	}
+	return nil
+}
+
+func (f *Fake) StopUnit(ctx context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("stop " + name); err != nil {
+		return err
+	}
+	u, ok := f.Units[name]
+	if !ok {
+		return nil
+	}
+	if f.StopFunc != nil {
+		if r := f.StopFunc(u); r != JobDone {
+			return &JobError{Unit: name, Job: "stop", Result: r}
+		}
+	}
+	delete(f.Units, name)
+	return nil
+}
+
+func (f *Fake) KillUnit(ctx context.Context, name string, sig int32, mainOnly bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record(fmt.Sprintf("kill %s %d", name, sig)); err != nil {
+		return err
+	}
+	u, ok := f.Units[name]
+	if !ok {
+		return fmt.Errorf("unit %s: %w", name, errdefs.ErrNotFound)
+	}
+	u.Signals = append(u.Signals, sig)
+	return nil
+}
+
+func (f *Fake) ResetFailedUnit(ctx context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("reset-failed " + name); err != nil {
+		return err
+	}
+	if u, ok := f.Units[name]; ok && u.ActiveState == "failed" {
+		delete(f.Units, name)
+	}
+	return nil
+}
+
+func (f *Fake) SetUnitProperties(ctx context.Context, name string, props ...Property) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("set-property " + name); err != nil {
+		return err
+	}
+	u, ok := f.Units[name]
+	if !ok {
+		return fmt.Errorf("unit %s: %w", name, errdefs.ErrNotFound)
+	}
+	for _, p := range props {
+		u.Props[p.Name] = p.Value.Value()
+	}
+	return nil
+}
+
+func (f *Fake) UnitProperties(ctx context.Context, name, iface string) (map[string]any, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("get " + name); err != nil {
+		return nil, err
+	}
+	u, ok := f.Units[name]
+	if !ok {
+		return nil, fmt.Errorf("unit %s: %w", name, errdefs.ErrNotFound)
+	}
+	out := map[string]any{"Id": name, "LoadState": "loaded", "ActiveState": u.ActiveState}
+	for k, v := range u.Props {
+		out[k] = v
+	}
+	return out, nil
+}
+
+func (f *Fake) ListUnits(ctx context.Context, patterns ...string) ([]UnitStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("list"); err != nil {
+		return nil, err
+	}
+	var out []UnitStatus
+	for name, u := range f.Units {
+		match := len(patterns) == 0
+		for _, p := range patterns {
+			if ok, _ := path.Match(p, name); ok {
+				match = true
+			}
+		}
+		if match {
+			out = append(out, UnitStatus{Name: name, LoadState: "loaded", ActiveState: u.ActiveState})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (f *Fake) Ping(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.record("ping")
+}
+
+func (f *Fake) Close() {}
