@@ -1,0 +1,241 @@
+// Package config is podunit's one configuration struct: defaults, TOML
+// loading with systemd-style drop-ins, and pure validation.
+package config
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Config mirrors the TOML tables of /etc/podunit/podunit.toml.
+type Config struct {
+	Server    Server    `toml:"server"`
+	Paths     Paths     `toml:"paths"`
+	Systemd   Systemd   `toml:"systemd"`
+	Image     Image     `toml:"image"`
+	CNI       CNI       `toml:"cni"`
+	Runtime   Runtime   `toml:"runtime"`
+	Streaming Streaming `toml:"streaming"`
+	Metrics   Metrics   `toml:"metrics"`
+	GC        GC        `toml:"gc"`
+}
+
+// Server is the CRI endpoint.
+type Server struct {
+	// Socket is the CRI unix socket (ignored under socket activation).
+	Socket string `toml:"socket"`
+	// SocketGroup, when set, owns the socket (mode 0660) so a non-root
+	// group can reach the CRI.
+	SocketGroup string `toml:"socket_group"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `toml:"log_level"`
+	// LogFormat is text or json.
+	LogFormat string `toml:"log_format"`
+}
+
+// Paths are podunit's own directories.
+type Paths struct {
+	// StateDir survives reboots' worth of podunit restarts: sandbox and
+	// container records.
+	StateDir string `toml:"state_dir"`
+	// RunDir holds volatile state: bundles, namespace pins, pid files.
+	RunDir string `toml:"run_dir"`
+}
+
+// Systemd tunes the D-Bus side.
+type Systemd struct {
+	// CallTimeout bounds every D-Bus call and job wait.
+	CallTimeout Duration `toml:"call_timeout"`
+	// ParentSlice holds pods that come without a cgroup parent.
+	ParentSlice string `toml:"parent_slice"`
+	// MaxParallelJobs bounds concurrent start/stop jobs sent to PID 1.
+	MaxParallelJobs int `toml:"max_parallel_jobs"`
+}
+
+// Image configures image pulls and the image/layer store.
+type Image struct {
+	StorageRoot    string `toml:"storage_root"`
+	StorageRunRoot string `toml:"storage_run_root"`
+	// StorageDriver is overlay or vfs; empty picks overlay, falling back
+	// to vfs where overlay cannot be mounted.
+	StorageDriver  string `toml:"storage_driver"`
+	RegistriesConf string `toml:"registries_conf"`
+	PolicyPath     string `toml:"policy_path"`
+	// AuthFile is a containers-auth.json; empty uses none.
+	AuthFile string `toml:"auth_file"`
+	// PullProgressTimeout cancels a pull that moved no bytes for this long.
+	PullProgressTimeout Duration `toml:"pull_progress_timeout"`
+	MaxParallelPulls    int      `toml:"max_parallel_pulls"`
+	// PauseImage is kept pinned; podunit itself needs no infra container.
+	PauseImage string `toml:"pause_image"`
+}
+
+// CNI locates the network plugins and their configuration.
+type CNI struct {
+	ConfDir string   `toml:"conf_dir"`
+	BinDirs []string `toml:"bin_dirs"`
+}
+
+// Runtime selects OCI runtimes.
+type Runtime struct {
+	DefaultHandler string             `toml:"default_handler"`
+	Handlers       map[string]Handler `toml:"handlers"`
+}
+
+// Handler is one OCI runtime a RuntimeClass may name.
+type Handler struct {
+	// Type is runc or crun: the command line dialect.
+	Type string `toml:"type"`
+	Path string `toml:"path"`
+	// Root is the runtime's state directory.
+	Root string `toml:"root"`
+}
+
+// Streaming is the exec/attach/port-forward server.
+type Streaming struct {
+	Address string `toml:"address"`
+	TLSCert string `toml:"tls_cert"`
+	TLSKey  string `toml:"tls_key"`
+}
+
+// Metrics is the Prometheus endpoint; empty address turns it off.
+type Metrics struct {
+	Address string `toml:"address"`
+}
+
+// GC schedules the garbage collectors.
+type GC struct {
+	Interval Duration `toml:"interval"`
+}
+
+// Default returns the configuration used when no file says otherwise.
+func Default() Config {
+	return Config{
+		Server: Server{Socket: "/run/podunit/podunit.sock", LogLevel: "info", LogFormat: "text"},
+		Paths:  Paths{StateDir: "/var/lib/podunit", RunDir: "/run/podunit"},
+		Systemd: Systemd{
+			CallTimeout:     Duration(30 * time.Second),
+			ParentSlice:     "podunit.slice",
+			MaxParallelJobs: 16,
+		},
+		Image: Image{
+			StorageRoot:         "/var/lib/podunit/storage",
+			StorageRunRoot:      "/run/podunit/storage",
+			RegistriesConf:      "/etc/containers/registries.conf",
+			PolicyPath:          "/etc/containers/policy.json",
+			PullProgressTimeout: Duration(5 * time.Minute),
+			MaxParallelPulls:    3,
+			PauseImage:          "registry.k8s.io/pause:3.10",
+		},
+		CNI: CNI{ConfDir: "/etc/cni/net.d", BinDirs: []string{"/usr/lib/cni", "/opt/cni/bin"}},
+		Runtime: Runtime{
+			DefaultHandler: "runc",
+			Handlers: map[string]Handler{
+				"runc": {Type: "runc", Path: "/usr/bin/runc", Root: "/run/podunit/runc"},
+				"crun": {Type: "crun", Path: "/usr/bin/crun", Root: "/run/podunit/crun"},
+			},
+		},
+		Streaming: Streaming{Address: "127.0.0.1:0"},
+		GC:        GC{Interval: Duration(5 * time.Minute)},
+	}
+}
+
+// Validate checks the configuration without touching the host.
+func (c *Config) Validate() error {
+	var errs []string
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, key+": "+fmt.Sprintf(format, args...))
+	}
+	abs := func(key, p string, optional bool) {
+		if p == "" && optional {
+			return
+		}
+		if !filepath.IsAbs(p) {
+			bad(key, "must be an absolute path, got %q", p)
+		}
+	}
+	abs("server.socket", c.Server.Socket, false)
+	switch c.Server.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("server.log_level", "must be debug, info, warn or error, got %q", c.Server.LogLevel)
+	}
+	switch c.Server.LogFormat {
+	case "text", "json":
+	default:
+		bad("server.log_format", "must be text or json, got %q", c.Server.LogFormat)
+	}
+	abs("paths.state_dir", c.Paths.StateDir, false)
+	abs("paths.run_dir", c.Paths.RunDir, false)
+	if c.Systemd.CallTimeout <= 0 {
+		bad("systemd.call_timeout", "must be positive")
+	}
+	if c.Systemd.MaxParallelJobs <= 0 {
+		bad("systemd.max_parallel_jobs", "must be positive")
+	}
+	if !strings.HasSuffix(c.Systemd.ParentSlice, ".slice") || strings.Contains(c.Systemd.ParentSlice, "/") {
+		bad("systemd.parent_slice", "must be a slice name like podunit.slice, got %q", c.Systemd.ParentSlice)
+	}
+	abs("image.storage_root", c.Image.StorageRoot, false)
+	abs("image.storage_run_root", c.Image.StorageRunRoot, false)
+	switch c.Image.StorageDriver {
+	case "", "overlay", "vfs":
+	default:
+		bad("image.storage_driver", "must be overlay or vfs, got %q", c.Image.StorageDriver)
+	}
+	abs("image.registries_conf", c.Image.RegistriesConf, true)
+	abs("image.policy_path", c.Image.PolicyPath, true)
+	abs("image.auth_file", c.Image.AuthFile, true)
+	if c.Image.PullProgressTimeout <= 0 {
+		bad("image.pull_progress_timeout", "must be positive")
+	}
+	if c.Image.MaxParallelPulls <= 0 {
+		bad("image.max_parallel_pulls", "must be positive")
+	}
+	abs("cni.conf_dir", c.CNI.ConfDir, false)
+	for _, d := range c.CNI.BinDirs {
+		abs("cni.bin_dirs", d, false)
+	}
+	if _, ok := c.Runtime.Handlers[c.Runtime.DefaultHandler]; !ok {
+		bad("runtime.default_handler", "%q is not among runtime.handlers", c.Runtime.DefaultHandler)
+	}
+	for name, h := range c.Runtime.Handlers {
+		key := "runtime.handlers." + name
+		switch h.Type {
+		case "runc", "crun":
+		default:
+			bad(key+".type", "must be runc or crun, got %q", h.Type)
+		}
+		abs(key+".path", h.Path, false)
+		abs(key+".root", h.Root, false)
+	}
+	if (c.Streaming.TLSCert == "") != (c.Streaming.TLSKey == "") {
+		bad("streaming.tls_cert", "tls_cert and tls_key go together")
+	}
+	if c.GC.Interval < 0 {
+		bad("gc.interval", "must not be negative")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid configuration: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// Duration is a time.Duration written as "30s", "5m" in TOML.
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("bad duration %q (want e.g. 30s, 5m)", b)
+	}
+	*d = Duration(v)
+	return nil
+}
