@@ -1,0 +1,80 @@
+//go:build integration
+
+package harness
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The harness itself, with a trivial unit instead of podunit: boot, run a
+// transient service, read its journal, and prove the leak check sees a live
+// harness (so its silence after teardown means something).
+func TestHarnessBootsSystemdAndRunsUnits(t *testing.T) {
+	h := Start(t, Options{})
+
+	if st := strings.TrimSpace(h.MustExec("systemctl", "is-system-running")); st != "running" && st != "degraded" {
+		t.Fatalf("SystemState %q, want running", st)
+	}
+	h.MustExec("systemd-run", "--unit=harness-selftest", "--collect", "-p", "Type=exec",
+		"sh", "-c", "echo selftest-marker; exec sleep 600")
+	if st := h.UnitActiveState("harness-selftest.service"); st != "active" {
+		t.Fatalf("harness-selftest.service is %q, want active", st)
+	}
+	var j string
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		j, _ = h.Journal("harness-selftest.service")
+		if strings.Contains(j, "selftest-marker") {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(j, "selftest-marker") {
+		t.Fatalf("journal of harness-selftest.service lacks the marker:\n%s", j)
+	}
+
+	leaks := h.Leaks()
+	var cg, proc bool
+	for _, l := range leaks {
+		cg = cg || strings.HasPrefix(l, "cgroup ")
+		proc = proc || strings.HasPrefix(l, "process ")
+	}
+	if !cg || !proc {
+		t.Fatalf("leak check does not see the running harness (cgroups %v, processes %v): %q", cg, proc, leaks)
+	}
+
+	// the in-harness storage dir is a real bound directory, not the overlay
+	h.MustExec("sh", "-c", "echo x > "+StateDirInside+"/probe")
+	if out := h.MustExec("stat", "-f", "-c", "%T", StateDirInside); strings.Contains(out, "overlay") {
+		t.Fatalf("%s is on %s, want the host's file system", StateDirInside, out)
+	}
+}
+
+func TestHarnessHostNetworkAndIPC(t *testing.T) {
+	h := Start(t, Options{HostNet: true, HostIPC: true})
+	out := h.MustExec("readlink", "/proc/self/ns/net", "/proc/self/ns/ipc")
+	host := readlinks(t, "/proc/self/ns/net", "/proc/self/ns/ipc")
+	if strings.TrimSpace(out) != host {
+		t.Fatalf("namespaces inside %q, host %q", out, host)
+	}
+	// host netns sysctls stay read-only unless NetRW
+	if _, err := h.Exec("sh", "-c", "cat /proc/sys/net/ipv4/ip_forward > /proc/sys/net/ipv4/ip_forward"); err == nil {
+		t.Fatal("/proc/sys/net is writable in a --host-net harness without NetRW")
+	}
+}
+
+func readlinks(t *testing.T, paths ...string) string {
+	t.Helper()
+	var out []string
+	for _, p := range paths {
+		l, err := os.Readlink(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
+}
