@@ -133,7 +133,7 @@ func Default() Config {
 		Runtime: Runtime{
 			DefaultHandler: "runc",
 			Handlers: map[string]Handler{
-				"runc": {Type: "runc", Path: "/usr/bin/runc", Root: "/run/podunit/runc"},
+				"runc": {Type: "runc", Path: "/usr/sbin/runc", Root: "/run/podunit/runc"},
 				"crun": {Type: "crun", Path: "/usr/bin/crun", Root: "/run/podunit/crun"},
 			},
 		},

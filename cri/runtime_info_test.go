@@ -1,0 +1,88 @@
+package cri
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/podunit/podunit/config"
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/systemd"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+func newTestServer(t *testing.T) (*Server, *systemd.Fake) {
+	cfg := config.Default()
+	cfg.CNI.ConfDir = t.TempDir()
+	fake := systemd.NewFake()
+	return New(Deps{Config: &cfg, Systemd: fake, Version: "1.2.3"}), fake
+}
+
+func cond(st *runtimeapi.StatusResponse, typ string) *runtimeapi.RuntimeCondition {
+	for _, c := range st.Status.Conditions {
+		if c.Type == typ {
+			return c
+		}
+	}
+	return nil
+}
+
+func TestStatusReflectsSystemdAndCNI(t *testing.T) {
+	s, fake := newTestServer(t)
+	ctx := context.Background()
+	st, err := s.Status(ctx, &runtimeapi.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cond(st, runtimeapi.RuntimeReady).Status {
+		t.Fatal("runtime not ready with a live systemd")
+	}
+	if n := cond(st, runtimeapi.NetworkReady); n.Status || n.Reason == "" {
+		t.Fatalf("network ready without CNI config: %+v", n)
+	}
+	if err := os.WriteFile(filepath.Join(s.cfg.CNI.ConfDir, "10-bridge.conflist"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fake.Down = true
+	st, _ = s.Status(ctx, &runtimeapi.StatusRequest{})
+	if r := cond(st, runtimeapi.RuntimeReady); r.Status || r.Reason != "SystemdUnreachable" {
+		t.Fatalf("runtime ready with systemd down: %+v", r)
+	}
+	if !cond(st, runtimeapi.NetworkReady).Status {
+		t.Fatal("network not ready with a CNI config")
+	}
+}
+
+func TestVersionAndRuntimeConfig(t *testing.T) {
+	s, _ := newTestServer(t)
+	v, _ := s.Version(context.Background(), &runtimeapi.VersionRequest{})
+	if v.RuntimeName != "podunit" || v.RuntimeVersion != "1.2.3" || v.RuntimeApiVersion != "v1" {
+		t.Fatalf("version %+v", v)
+	}
+	rc, _ := s.RuntimeConfig(context.Background(), &runtimeapi.RuntimeConfigRequest{})
+	if rc.Linux.CgroupDriver != runtimeapi.CgroupDriver_SYSTEMD {
+		t.Fatal("cgroup driver not systemd")
+	}
+}
+
+func TestToStatus(t *testing.T) {
+	for err, want := range map[error]codes.Code{
+		fmt.Errorf("pod x: %w", errdefs.ErrNotFound):        codes.NotFound,
+		fmt.Errorf("bad: %w", errdefs.ErrInvalid):           codes.InvalidArgument,
+		fmt.Errorf("dup: %w", errdefs.ErrExists):            codes.AlreadyExists,
+		fmt.Errorf("bus: %w", errdefs.ErrUnavailable):       codes.Unavailable,
+		fmt.Errorf("slow: %w", errdefs.ErrDeadline):         codes.DeadlineExceeded,
+		fmt.Errorf("state: %w", errdefs.ErrPrecondition):    codes.FailedPrecondition,
+		fmt.Errorf("plain"):                                 codes.Unknown,
+		status.Error(codes.Aborted, "already a status"):     codes.Aborted,
+		fmt.Errorf("wrapped: %w", context.DeadlineExceeded): codes.DeadlineExceeded,
+	} {
+		if got := status.Code(ToStatus(err)); got != want {
+			t.Errorf("ToStatus(%v) = %v, want %v", err, got, want)
+		}
+	}
+}

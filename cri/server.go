@@ -1,0 +1,57 @@
+// Package cri serves the CRI v1 RuntimeService and ImageService. It is a
+// thin translation layer: every RPC converts the request, calls one of
+// podunit's packages and converts the answer back.
+package cri
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/podunit/podunit/config"
+	"github.com/podunit/podunit/systemd"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Name and API version reported by Version.
+const (
+	RuntimeName       = "podunit"
+	RuntimeAPIVersion = "v1"
+	kubeAPIVersion    = "0.1.0"
+)
+
+// Deps are the packages the server translates to.
+type Deps struct {
+	Config  *config.Config
+	Systemd systemd.Conn
+	Version string
+	Logger  *slog.Logger
+	// Network reports whether pod networking is configured; nil means
+	// the CNI configuration directory is inspected.
+	Network func(ctx context.Context) error
+}
+
+// Server implements runtimeapi.RuntimeServiceServer and ImageServiceServer.
+// RPCs whose feature has not landed answer Unimplemented through the
+// embedded defaults.
+type Server struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+	runtimeapi.UnimplementedImageServiceServer
+
+	cfg     *config.Config
+	sd      systemd.Conn
+	version string
+	log     *slog.Logger
+	network func(ctx context.Context) error
+}
+
+// New builds the server from its dependencies.
+func New(d Deps) *Server {
+	s := &Server{cfg: d.Config, sd: d.Systemd, version: d.Version, log: d.Logger, network: d.Network}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.network == nil {
+		s.network = func(context.Context) error { return cniConfigured(s.cfg.CNI.ConfDir) }
+	}
+	return s
+}
