@@ -1,0 +1,61 @@
+# lib.sh — helpers shared by the scripts of test/critest (podunit's offline critest kit).
+# Sourced, not run. Everything here is idempotent and safe to call twice.
+#
+# Environment knobs read here (all optional):
+#   PODUNIT_TEST_REGISTRY   host:port of the local registry   (default 127.0.0.1:5000)
+
+: "${PODUNIT_TEST_REGISTRY:=127.0.0.1:5000}"
+
+KIT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+log()  { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die()  { log "ERROR: $*"; exit 1; }
+
+require_root() {
+	[[ $(id -u) -eq 0 ]] || die "run as root (needs apt-get, chown and setuid bits)"
+}
+
+# run_no_service_start CMD...: run CMD with a temporary /usr/sbin/policy-rc.d
+# that forbids maintainer scripts from starting daemons. Without it, installing
+# docker-registry (or containerd) on a non-systemd host can start the distro's
+# own daemon through /etc/init.d, which would grab port 5000 or a socket.
+run_no_service_start() {
+	local created=0 rc=0
+	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+		printf '#!/bin/sh\n# temporary, written by the podunit critest kit\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod 0755 /usr/sbin/policy-rc.d
+		created=1
+	fi
+	"$@" || rc=$?
+	if ((created)); then rm -f /usr/sbin/policy-rc.d; fi
+	return "$rc"
+}
+
+_APT_UPDATED=0
+apt_update_once() {
+	((_APT_UPDATED)) && return 0
+	log "apt-get update"
+	apt-get update -qq || die "apt-get update failed"
+	_APT_UPDATED=1
+}
+
+# ensure_packages PKG...: install the Debian packages that are not installed yet.
+ensure_packages() {
+	local missing=() p
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+	done
+	((${#missing[@]} == 0)) && return 0
+	log "installing Debian packages: ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	if ! run_no_service_start apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
+		apt_update_once
+		run_no_service_start apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+			die "apt-get install ${missing[*]} failed"
+	fi
+}
+
+# registry_up: true when something answers the registry API on PODUNIT_TEST_REGISTRY.
+registry_up() {
+	curl -fsS -o /dev/null --max-time 3 "http://${PODUNIT_TEST_REGISTRY}/v2/" 2>/dev/null
+}

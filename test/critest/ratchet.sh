@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# ratchet.sh SPECS_TSV EXPECTED [FOCUS] — hold critest results to expected-pass.txt.
+#
+# SPECS_TSV: "state<TAB>full spec name<TAB>message" per spec (run.sh makes it from
+# ginkgo's JSON report). EXPECTED: one full spec name per line, '#' comments.
+# Fails when a listed spec did not pass, or is no longer in the suite (renamed
+# upstream: fix the list). With FOCUS set, listed specs the focus left out
+# (skipped with no reason) are not judged. Passing specs that are not listed
+# are printed so the list can grow; they never fail the run.
+set -euo pipefail
+specs=${1:?usage: ratchet.sh SPECS_TSV EXPECTED [FOCUS]}
+expected=${2:?usage: ratchet.sh SPECS_TSV EXPECTED [FOCUS]}
+focus=${3:-}
+
+awk -F'\t' -v focus="$focus" '
+	FNR == NR {                                   # expected-pass.txt
+		sub(/[ \t]+$/, ""); sub(/^[ \t]+/, "")
+		if ($0 == "" || $0 ~ /^#/) next
+		listed[$0] = 1; order[++n] = $0; next
+	}
+	{ state[$2] = $1; msg[$2] = $3 }
+	END {
+		bad = 0; ok = 0; notrun = 0
+		for (i = 1; i <= n; i++) {
+			s = order[i]
+			if (!(s in state)) { printf "ratchet: FAIL listed spec is not in the suite (renamed?): %s\n", s; bad++; continue }
+			if (state[s] == "passed") { ok++; continue }
+			if (focus != "" && state[s] == "skipped" && msg[s] == "") { notrun++; continue }
+			printf "ratchet: FAIL listed spec %s: %s%s\n", state[s], s, (msg[s] != "" ? "  (" substr(msg[s], 1, 200) ")" : "")
+			bad++
+		}
+		new = 0
+		for (s in state) if (state[s] == "passed" && !(s in listed)) {
+			printf "ratchet: passes but not listed in expected-pass.txt: %s\n", s; new++
+		}
+		printf "ratchet: %d listed, %d passed, %d not run (focus), %d broken, %d newly passing\n", n, ok, notrun, bad, new
+		exit bad > 0
+	}' "$expected" "$specs"

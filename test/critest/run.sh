@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# run.sh — run critest v1.37.0, unchanged, against podunit running inside the
+# test harness, then apply the ratchet (expected-pass.txt).
+#
+# Usage: run.sh            (make critest FOCUS='<ginkgo regex>' calls this)
+# Environment:
+#   FOCUS           ginkgo focus regex; empty = the whole validation suite
+#   PODUNIT_BINARY  podunit binary (default: <repo>/bin/podunit, must exist)
+#   CRITEST_OUT     reports and logs (default /var/tmp/podunit-critest; replaced)
+#   CRITEST_ARGS    extra critest flags, word-split (e.g. -ginkgo.v)
+#   SKIP_IMAGES=1   do not rebuild/push the images (registry must hold them)
+#   KEEP=1          leave harness and podunit running afterwards (debugging only;
+#                   stop them with: test/harness/podunit-harness.sh stop DIR)
+#
+# Layout of the run:
+#   * the harness boots with --host-net --net-rw --host-ipc: critest on the host
+#     reaches pod IPs over the CNI bridge and host ports (12000-12003), podunit
+#     reaches the image registry on 127.0.0.1:5000, and the HostIpc specs see
+#     the SysV segments critest creates on the host with ipcmk;
+#   * podunit runs inside as podunit.service with registries.conf/policy.json
+#     from this directory (every critest registry rewritten to the local one)
+#     and the CNI config in test/cni (bridge pu-test0, 10.214.0.0/16, no default
+#     route in pods; FORWARD drops anything between that subnet and elsewhere);
+#   * the host settings the run changes (ip_forward, FORWARD rules, CNI chains,
+#     the bridge, SysV segments from critest) are restored on exit.
+#
+# Output: critest.log, report.json, junit.xml, podunit.journal in CRITEST_OUT,
+# the ratchet's findings, and as the very last line
+#   critest: N passed, M failed, K skipped
+# Exit status: non-zero when a spec listed in expected-pass.txt did not pass,
+# when the harness could not be set up, or when it left something behind.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+REPO=$(cd "$KIT_DIR/../.." && pwd)
+HARNESS=$REPO/test/harness/podunit-harness.sh
+: "${FOCUS:=}"
+: "${PODUNIT_BINARY:=$REPO/bin/podunit}"
+: "${CRITEST_OUT:=/var/tmp/podunit-critest}"
+: "${CRITEST_ARGS:=}"
+: "${SKIP_IMAGES:=0}"
+: "${KEEP:=0}"
+
+SUBNET=10.214.0.0/16    # must match test/cni/10-podunit-test.conflist
+BRIDGE=pu-test0
+CNI_DIR=$REPO/test/cni
+EXPECTED=$KIT_DIR/expected-pass.txt
+# The one spec no runtime can pass offline: it pulls
+# gcr.io/k8s-staging-cri-tools/test-image-digest@sha256:9700f9a2..., a digest
+# that only the real upstream image has; the local stand-in cannot match it.
+DIGEST_SPEC='public image with digest should be pulled and removed'
+
+require_root
+PODUNIT_BINARY=$(realpath -e "$PODUNIT_BINARY") || die "no podunit binary (run make build)"
+case $PODUNIT_BINARY in "$REPO"/*) ;; *) die "PODUNIT_BINARY must lie inside $REPO (bound into the harness)";; esac
+command -v critest >/dev/null || die "critest missing: run test/critest/install-tools.sh"
+command -v iptables >/dev/null || die "iptables missing: run test/critest/install-tools.sh"
+
+if [[ $SKIP_IMAGES != 1 ]]; then
+	bash "$KIT_DIR/images.sh" >"$CRITEST_OUT.images.log" 2>&1 ||
+		{ tail -n 30 "$CRITEST_OUT.images.log" >&2; die "images.sh failed (log: $CRITEST_OUT.images.log)"; }
+fi
+bash "$KIT_DIR/registry.sh" start
+registry_up || die "no registry at $PODUNIT_TEST_REGISTRY"
+for p in 12000 12001 12002 12003; do
+	! ss -Htln "sport = :$p" | grep -q . || die "host port $p is in use (critest needs 12000-12003)"
+done
+
+rm -rf "$CRITEST_OUT"
+mkdir -p "$CRITEST_OUT"
+BASE=$(mktemp -d /tmp/puc-XXXXXX)   # short: sockets live in $BASE/sd/run
+D=$BASE/sd
+SOCK=$D/run/podunit/podunit.sock
+ENDPOINT=unix://$SOCK
+mkdir -p "$BASE/lib" "$BASE/pods" "$BASE/etc"
+cat /proc/sys/net/ipv4/ip_forward >"$BASE/ip_forward.orig"
+ipcs -m | awk '$2 ~ /^[0-9]+$/ {print $2}' >"$BASE/shm.before"
+
+cleanup_done=0
+cleanup() {
+	local rc=$? left=0
+	((cleanup_done)) && return
+	cleanup_done=1
+	if [[ -d $D/run/log/journal ]]; then
+		journalctl -D "$D/run/log/journal" --no-pager -o short-precise >"$CRITEST_OUT/podunit.journal" 2>&1 || true
+	fi
+	if [[ $KEEP == 1 ]]; then
+		log "KEEP=1: harness left running at $D (podunit on $ENDPOINT)"
+		log "tear down with: bash $HARNESS stop $D; then remove the $BRIDGE bridge, CNI-* chains, and FORWARD rules for $SUBNET"
+		return
+	fi
+	if [[ -e $D ]]; then
+		bash "$HARNESS" exec "$D" systemctl stop podunit.service >/dev/null 2>&1 || true
+		bash "$HARNESS" stop "$D" || left=1
+	fi
+	net_cleanup
+	if ((left)) || grep -qF " $BASE/" /proc/self/mountinfo; then
+		log "ERROR: the harness left mounts or cgroups behind under $BASE"
+		rc=1
+	else
+		rm -rf "$BASE"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT INT TERM
+
+net_cleanup() {
+	local c r id
+	ip link del "$BRIDGE" 2>/dev/null || true
+	while iptables -D FORWARD -s "$SUBNET" ! -d "$SUBNET" -m comment --comment podunit-critest -j DROP 2>/dev/null; do :; done
+	while iptables -D FORWARD -d "$SUBNET" ! -s "$SUBNET" -m comment --comment podunit-critest -j DROP 2>/dev/null; do :; done
+	# portmap's and bridge's nat chains, with the jumps into them
+	for c in PREROUTING OUTPUT POSTROUTING; do
+		iptables -t nat -S "$c" 2>/dev/null | grep -E -- '-j CNI-' | sed 's/^-A/-D/' | while read -r r; do
+			eval iptables -t nat "$r" || true
+		done
+	done
+	for c in $(iptables -t nat -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^CNI-/ {print $2}'); do iptables -t nat -F "$c" || true; done
+	for c in $(iptables -t nat -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^CNI-/ {print $2}'); do iptables -t nat -X "$c" || true; done
+	for c in $(iptables -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^CNI-/ {print $2}'); do
+		iptables -S FORWARD | grep -E -- "-j $c\$" | sed 's/^-A/-D/' | while read -r r; do eval iptables "$r" || true; done
+		iptables -F "$c" || true; iptables -X "$c" || true
+	done
+	[[ -f $BASE/ip_forward.orig ]] && cat "$BASE/ip_forward.orig" >/proc/sys/net/ipv4/ip_forward
+	# critest's HostIpc specs create SysV segments on the host and never remove them
+	if [[ -f $BASE/shm.before ]]; then
+		for id in $(ipcs -m | awk '$2 ~ /^[0-9]+$/ {print $2}'); do
+			grep -qx "$id" "$BASE/shm.before" || ipcrm -m "$id" || true
+		done
+	fi
+}
+
+# pods get no default route; this keeps anything else from leaving the subnet
+iptables -I FORWARD -s "$SUBNET" ! -d "$SUBNET" -m comment --comment podunit-critest -j DROP
+iptables -I FORWARD -d "$SUBNET" ! -s "$SUBNET" -m comment --comment podunit-critest -j DROP
+
+bash "$HARNESS" start "$D" --host-net --net-rw --host-ipc \
+	--bind "$REPO" --bind "$BASE/lib:/var/lib/podunit" --bind "$BASE/pods:/var/log/pods" \
+	--bind "$BASE/etc:/etc/podunit" >"$BASE/env"
+
+cat >"$BASE/etc/podunit.toml" <<EOF
+# written by test/critest/run.sh
+[image]
+registries_conf = "$KIT_DIR/registries.conf"
+policy_path = "$KIT_DIR/policy.json"
+
+[cni]
+conf_dir = "$CNI_DIR"
+bin_dirs = ["/usr/lib/cni", "/opt/cni/bin"]
+
+[streaming]
+address = "127.0.0.1:0"
+EOF
+cp "$BASE/etc/podunit.toml" "$CRITEST_OUT/podunit.toml"
+
+log "starting podunit in the harness ($D)"
+if ! bash "$HARNESS" exec "$D" systemd-run --unit=podunit.service --collect \
+	-p Type=notify -p NotifyAccess=main -p TimeoutStartSec=60 -p TimeoutStopSec=30 \
+	"$PODUNIT_BINARY" serve --config /etc/podunit/podunit.toml; then
+	journalctl -D "$D/run/log/journal" --no-pager -u podunit.service | tail -n 30 >&2 || true
+	die "podunit did not start"
+fi
+for _ in $(seq 1 150); do [[ -S $SOCK ]] && break; sleep 0.2; done
+[[ -S $SOCK ]] || die "no CRI socket at $SOCK"
+crictl --runtime-endpoint "$ENDPOINT" --image-endpoint "$ENDPOINT" version || die "crictl version failed"
+
+log "skipping by hand, only: '$DIGEST_SPEC' (its digest is hard-coded to the real upstream image, which cannot be served offline)"
+args=(-runtime-endpoint "$ENDPOINT" -image-endpoint "$ENDPOINT"
+	-ginkgo.skip="$DIGEST_SPEC" -ginkgo.no-color -ginkgo.timeout=1h
+	-ginkgo.junit-report="$CRITEST_OUT/junit.xml" -ginkgo.json-report="$CRITEST_OUT/report.json")
+[[ -n $FOCUS ]] && args+=(-ginkgo.focus="$FOCUS")
+# shellcheck disable=SC2206
+[[ -n $CRITEST_ARGS ]] && args+=($CRITEST_ARGS)
+log "critest ${args[*]}  (log: $CRITEST_OUT/critest.log)"
+crc=0
+critest "${args[@]}" >"$CRITEST_OUT/critest.log" 2>&1 || crc=$?
+grep -E '^\s*\[FAIL\]' "$CRITEST_OUT/critest.log" | sort -u | sed 's/^ */  /' || true
+[[ -s $CRITEST_OUT/report.json ]] || { tail -n 40 "$CRITEST_OUT/critest.log" >&2; die "critest wrote no report (exit $crc)"; }
+
+# one line per spec: state <TAB> full name <TAB> skip/failure message
+jq -r '.[0].SpecReports[] | select(.LeafNodeType == "It")
+	| [.State, ((.ContainerHierarchyTexts + [.LeafNodeText]) | join(" ")),
+	   ((.Failure.Message // "") | gsub("[\t\n]"; " "))] | @tsv' \
+	"$CRITEST_OUT/report.json" >"$CRITEST_OUT/specs.tsv"
+
+rrc=0
+bash "$KIT_DIR/ratchet.sh" "$CRITEST_OUT/specs.tsv" "$EXPECTED" "$FOCUS" || rrc=$?
+# the summary must be the last line: tear down first, quietly, into a log
+trap - EXIT INT TERM
+summary=$(awk -F'\t' '
+	$1 == "passed" {p++}
+	$1 ~ /^(failed|panicked|interrupted|aborted|timedout)$/ {f++}
+	$1 ~ /^(skipped|pending)$/ {s++}
+	END {printf "critest: %d passed, %d failed, %d skipped\n", p, f, s}' "$CRITEST_OUT/specs.tsv")
+trc=0
+( cleanup ) >"$CRITEST_OUT/teardown.log" 2>&1 || trc=$?
+if ((trc)); then cat "$CRITEST_OUT/teardown.log" >&2; log "ERROR: teardown failed"; fi
+echo "$summary"
+if ((rrc || trc)); then exit 1; fi
+exit 0
