@@ -1,0 +1,169 @@
+package unitprops
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+	"strconv"
+	"strings"
+
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/systemd"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Bounds of cgroup knobs, as the kernel and systemd define them.
+const (
+	minShares  = 2
+	maxShares  = 262144
+	minWeight  = 1
+	maxWeight  = 10000
+	defaultCFS = 100000 // µs, the kernel's default cfs period
+)
+
+// SharesToWeight converts cgroup v1 cpu.shares to a v2 cpu.weight with the
+// same formula runc and the kubelet use, so weights agree across runtimes.
+func SharesToWeight(shares int64) uint64 {
+	if shares <= 0 {
+		return 0
+	}
+	if shares < minShares {
+		shares = minShares
+	}
+	if shares > maxShares {
+		shares = maxShares
+	}
+	return uint64(1 + ((shares-minShares)*(maxWeight-minWeight))/(maxShares-minShares))
+}
+
+// ResourceProperties maps CRI container resources onto unit properties.
+// Zero values mean "not set" (CRI has no other way to say so) and produce
+// no property; UpdateResources therefore cannot lift a limit by sending 0,
+// exactly as with containerd. On cgroup v1 the v1 names are used where
+// systemd's v2 translation would lose precision (CPUShares vs CPUWeight).
+func ResourceProperties(r *runtimeapi.LinuxContainerResources, caps Caps) ([]systemd.Property, error) {
+	if r == nil {
+		return nil, nil
+	}
+	var props []systemd.Property
+	if r.MemoryLimitInBytes < 0 || r.CpuShares < 0 || r.CpuPeriod < 0 {
+		return nil, fmt.Errorf("negative resource value: %w", errdefs.ErrInvalid)
+	}
+	if r.MemoryLimitInBytes > 0 {
+		props = append(props, prop("MemoryMax", uint64(r.MemoryLimitInBytes)))
+		// Swap is only separately controllable on v2; CRI gives memory+swap.
+		if caps.CgroupV2 && r.MemorySwapLimitInBytes > 0 {
+			swap := uint64(0)
+			if r.MemorySwapLimitInBytes > r.MemoryLimitInBytes {
+				swap = uint64(r.MemorySwapLimitInBytes - r.MemoryLimitInBytes)
+			}
+			props = append(props, prop("MemorySwapMax", swap))
+		}
+	}
+	if r.CpuShares > 0 {
+		if caps.CgroupV2 {
+			props = append(props, prop("CPUWeight", SharesToWeight(r.CpuShares)))
+		} else {
+			// systemd maps CPUWeight to shares as weight*1024/100, which
+			// turns the kubelet's 1024 into 399; CPUShares is exact.
+			s := r.CpuShares
+			if s < minShares {
+				s = minShares
+			}
+			if s > maxShares {
+				s = maxShares
+			}
+			props = append(props, prop("CPUShares", uint64(s)))
+		}
+	}
+	if r.CpuQuota != 0 || r.CpuPeriod != 0 {
+		period := uint64(r.CpuPeriod)
+		if period == 0 {
+			period = defaultCFS
+		}
+		if caps.SystemdVersion >= 242 && r.CpuPeriod != 0 {
+			props = append(props, prop("CPUQuotaPeriodUSec", period))
+		}
+		if r.CpuQuota != 0 {
+			props = append(props, prop("CPUQuotaPerSecUSec", quotaPerSec(r.CpuQuota, period)))
+		}
+	}
+	if caps.CgroupV2 && caps.SystemdVersion >= 244 {
+		// systemd ignores these on v1; setting them there only looks like
+		// the limit was applied.
+		if r.CpusetCpus != "" {
+			b, err := RangeToBits(r.CpusetCpus)
+			if err != nil {
+				return nil, fmt.Errorf("cpuset_cpus: %w", err)
+			}
+			props = append(props, prop("AllowedCPUs", b))
+		}
+		if r.CpusetMems != "" {
+			b, err := RangeToBits(r.CpusetMems)
+			if err != nil {
+				return nil, fmt.Errorf("cpuset_mems: %w", err)
+			}
+			props = append(props, prop("AllowedMemoryNodes", b))
+		}
+	}
+	return props, nil
+}
+
+// PidsProperty limits the number of tasks; CRI carries it per pod, the
+// kubelet's podPidsLimit, but a container may get one from annotations.
+func PidsProperty(limit int64) systemd.Property {
+	if limit <= 0 {
+		return prop("TasksMax", uint64(math.MaxUint64))
+	}
+	return prop("TasksMax", uint64(limit))
+}
+
+// quotaPerSec converts a CFS quota per period into systemd's per-second
+// quota. systemd stores it as a whole percentage (10 ms per second), so a
+// fraction is rounded up, never down: the container must get at least what
+// it asked for. A negative quota means unlimited.
+func quotaPerSec(quota int64, period uint64) uint64 {
+	if quota < 0 {
+		return math.MaxUint64
+	}
+	us := uint64(quota) * 1000000 / period
+	if us%10000 != 0 {
+		us = (us/10000 + 1) * 10000
+	}
+	return us
+}
+
+// RangeToBits turns a cpuset list ("0-3,7") into the little-endian byte
+// mask systemd's AllowedCPUs= expects over D-Bus.
+func RangeToBits(s string) ([]byte, error) {
+	var bits big.Int
+	for _, part := range strings.Split(strings.TrimSpace(s), ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		start, err := strconv.ParseUint(lo, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("cpuset %q: %w", s, errdefs.ErrInvalid)
+		}
+		end := start
+		if isRange {
+			if end, err = strconv.ParseUint(hi, 10, 16); err != nil || end < start {
+				return nil, fmt.Errorf("cpuset %q: %w", s, errdefs.ErrInvalid)
+			}
+		}
+		for i := start; i <= end; i++ {
+			bits.SetBit(&bits, int(i), 1)
+		}
+	}
+	be := bits.Bytes()
+	if len(be) == 0 {
+		return nil, fmt.Errorf("empty cpuset %q: %w", s, errdefs.ErrInvalid)
+	}
+	le := make([]byte, len(be))
+	for i, b := range be {
+		le[len(be)-1-i] = b
+	}
+	return le, nil
+}

@@ -1,0 +1,196 @@
+// Package unitprops builds the systemd properties of a container's transient
+// service. Every builder is pure: the same inputs and Caps give the same
+// properties, so the whole unit is pinned by golden files in testdata/.
+package unitprops
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	godbus "github.com/godbus/dbus/v5"
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/systemd"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Caps describes the systemd and cgroup setup the properties are for.
+type Caps struct {
+	// SystemdVersion is the manager's version (252 on Debian 12).
+	SystemdVersion int
+	// CgroupV2 is true on a unified hierarchy; v1/hybrid otherwise.
+	CgroupV2 bool
+}
+
+// Exec is one command line of ExecStart= / ExecStopPost=.
+type Exec struct {
+	Argv []string
+	// IgnoreFailure is the "-" prefix: a non-zero exit does not fail the unit.
+	IgnoreFailure bool
+}
+
+// Service is everything a container's unit is made of besides its limits.
+type Service struct {
+	Unit        string // for error messages only; the name is not a property
+	Slice       string
+	Description string
+	PIDFile     string
+	ExecStart   Exec
+	// ExecStopPost runs after the main process is gone, also when the start
+	// failed; it records the exit status while podunit may be down.
+	ExecStopPost Exec
+	// KillSignal is sent to the main process on stop (image StopSignal).
+	KillSignal int
+	// StopTimeout is how long the main process has after KillSignal before
+	// systemd SIGKILLs the whole cgroup. Zero means the systemd default.
+	StopTimeout time.Duration
+	// SyslogIdentifier names the container's journal lines.
+	SyslogIdentifier string
+	// LogFields are "KEY=value" journal fields added to every line of the unit.
+	LogFields []string
+}
+
+// execCommand has the D-Bus shape (sasb) of ExecStart= entries.
+type execCommand struct {
+	Path             string
+	Args             []string
+	UncleanIsFailure bool
+}
+
+func prop(name string, v any) systemd.Property {
+	return systemd.Property{Name: name, Value: godbus.MakeVariant(v)}
+}
+
+func execProp(name string, e Exec) systemd.Property {
+	return prop(name, []execCommand{{Path: e.Argv[0], Args: e.Argv, UncleanIsFailure: !e.IgnoreFailure}})
+}
+
+// Properties returns the unit properties for s plus the resource
+// properties of r (see Resources).
+func Properties(s Service, r *runtimeapi.LinuxContainerResources, caps Caps) ([]systemd.Property, error) {
+	if !strings.HasSuffix(s.Slice, ".slice") || strings.Contains(s.Slice, "/") {
+		return nil, fmt.Errorf("unit %s: slice %q: %w", s.Unit, s.Slice, errdefs.ErrInvalid)
+	}
+	if len(s.ExecStart.Argv) == 0 || s.PIDFile == "" {
+		return nil, fmt.Errorf("unit %s: ExecStart and PIDFile are required: %w", s.Unit, errdefs.ErrInvalid)
+	}
+	props := []systemd.Property{
+		prop("Description", s.Description),
+		prop("Slice", s.Slice),
+		// runc run --detach exits once the container's init runs; systemd
+		// then adopts the PID from the file as the unit's main process.
+		prop("Type", "forking"),
+		prop("PIDFile", s.PIDFile),
+		execProp("ExecStart", s.ExecStart),
+		// The OCI runtime creates the container's own cgroup below the unit's.
+		prop("Delegate", true),
+		// Failed units would otherwise pile up (each one pins a name and
+		// memory in PID 1); ExecStopPost has recorded the status by then.
+		prop("CollectMode", "inactive-or-failed"),
+		// SIGTERM to the container's init only, SIGKILL to everything left
+		// after the timeout: the semantics of docker/containerd stop.
+		prop("KillMode", "mixed"),
+		prop("SendSIGKILL", true),
+		// Container output is the workload's log: never drop it.
+		prop("LogRateLimitIntervalUSec", uint64(0)),
+		prop("LogRateLimitBurst", uint32(0)),
+		// systemd's DefaultTasksMax is meant for daemons, not workloads;
+		// pids limits belong to the pod's slice (kubelet podPidsLimit).
+		PidsProperty(0),
+	}
+	if len(s.ExecStopPost.Argv) > 0 {
+		props = append(props, execProp("ExecStopPost", s.ExecStopPost))
+	}
+	if s.KillSignal > 0 {
+		props = append(props, prop("KillSignal", int32(s.KillSignal)))
+	}
+	if s.StopTimeout > 0 {
+		props = append(props, prop("TimeoutStopUSec", uint64(s.StopTimeout/time.Microsecond)))
+	}
+	if s.SyslogIdentifier != "" {
+		props = append(props, prop("SyslogIdentifier", s.SyslogIdentifier))
+	}
+	if len(s.LogFields) > 0 {
+		fields := make([][]byte, 0, len(s.LogFields))
+		for _, f := range s.LogFields {
+			if err := validLogField(f); err != nil {
+				return nil, fmt.Errorf("unit %s: %w", s.Unit, err)
+			}
+			fields = append(fields, []byte(f))
+		}
+		props = append(props, prop("LogExtraFields", fields))
+	}
+	rp, err := ResourceProperties(r, caps)
+	if err != nil {
+		return nil, fmt.Errorf("unit %s: %w", s.Unit, err)
+	}
+	return append(props, rp...), nil
+}
+
+// validLogField enforces journald's field rules: upper case, digits and
+// underscore, not starting with an underscore (those are trusted fields).
+func validLogField(f string) error {
+	k, _, ok := strings.Cut(f, "=")
+	if !ok || k == "" || k[0] == '_' || len(k) > 64 {
+		return fmt.Errorf("log field %q: %w", f, errdefs.ErrInvalid)
+	}
+	for _, r := range k {
+		if !(r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_') {
+			return fmt.Errorf("log field %q: %w", f, errdefs.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// StopTimeout returns the property that bounds the next stop; StopContainer
+// sets it right before StopUnit so each CRI call gets its own timeout.
+func StopTimeout(d time.Duration) systemd.Property {
+	if d <= 0 {
+		// A zero CRI timeout means "kill now"; systemd reads 0 as infinity.
+		d = time.Microsecond
+	}
+	return prop("TimeoutStopUSec", uint64(d/time.Microsecond))
+}
+
+// Render prints properties as sorted "Name=Value" lines, the golden-file
+// format; byte arrays print as strings, exec lists as argv.
+func Render(props []systemd.Property) string {
+	lines := make([]string, 0, len(props))
+	for _, p := range props {
+		lines = append(lines, p.Name+"="+renderValue(p.Value.Value()))
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n") + "\n"
+}
+
+func renderValue(v any) string {
+	switch x := v.(type) {
+	case []execCommand:
+		var parts []string
+		for _, e := range x {
+			s := strings.Join(e.Args, " ")
+			if !e.UncleanIsFailure {
+				s = "-" + s
+			}
+			parts = append(parts, "{"+e.Path+": "+s+"}")
+		}
+		return strings.Join(parts, " ")
+	case [][]byte:
+		var parts []string
+		for _, b := range x {
+			parts = append(parts, fmt.Sprintf("%q", b))
+		}
+		return strings.Join(parts, " ")
+	case []byte:
+		return fmt.Sprintf("%x", x)
+	case uint64:
+		if x == math.MaxUint64 {
+			return "infinity"
+		}
+		return fmt.Sprint(x)
+	default:
+		return fmt.Sprint(x)
+	}
+}

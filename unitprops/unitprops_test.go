@@ -1,0 +1,157 @@
+package unitprops
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/podunit/podunit/errdefs"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create)", err)
+	}
+	if string(want) != got {
+		t.Errorf("%s mismatch\n--- want\n%s--- got\n%s", path, want, got)
+	}
+}
+
+func baseService() Service {
+	return Service{
+		Unit:        "podunit-ctr-abc.service",
+		Slice:       "kubepods-besteffort-pod1.slice",
+		Description: "default/web/nginx",
+		PIDFile:     "/run/podunit/containers/abc/pid",
+		ExecStart: Exec{Argv: []string{"/usr/bin/podunit", "_stdio", "--unit", "podunit-ctr-abc.service", "--",
+			"/usr/sbin/runc", "--root", "/run/podunit/runc", "run", "--detach", "--pid-file",
+			"/run/podunit/containers/abc/pid", "-b", "/run/podunit/containers/abc/bundle", "abc"}},
+		ExecStopPost:     Exec{Argv: []string{"/usr/bin/podunit", "_exitrec", "/var/lib/podunit/containers/abc"}, IgnoreFailure: true},
+		KillSignal:       15,
+		StopTimeout:      30 * time.Second,
+		SyslogIdentifier: "nginx",
+		LogFields:        []string{"POD_NAMESPACE=default", "POD_NAME=web", "CONTAINER_NAME=nginx", "CONTAINER_ID=abc"},
+	}
+}
+
+func TestPropertiesGolden(t *testing.T) {
+	full := &runtimeapi.LinuxContainerResources{
+		CpuPeriod: 100000, CpuQuota: 50000, CpuShares: 1024,
+		MemoryLimitInBytes: 128 << 20, MemorySwapLimitInBytes: 256 << 20,
+		CpusetCpus: "0-1,4", CpusetMems: "0",
+	}
+	cases := []struct {
+		name string
+		svc  Service
+		res  *runtimeapi.LinuxContainerResources
+		caps Caps
+	}{
+		{"minimal-v1", Service{Unit: "u.service", Slice: "podunit.slice", PIDFile: "/p",
+			ExecStart: Exec{Argv: []string{"/bin/true"}}}, nil, Caps{SystemdVersion: 252}},
+		{"full-v1-252", baseService(), full, Caps{SystemdVersion: 252}},
+		{"full-v2-252", baseService(), full, Caps{SystemdVersion: 252, CgroupV2: true}},
+		{"full-v2-240", baseService(), full, Caps{SystemdVersion: 240, CgroupV2: true}},
+		{"unlimited-quota-v2", baseService(), &runtimeapi.LinuxContainerResources{CpuQuota: -1, CpuShares: 2}, Caps{SystemdVersion: 252, CgroupV2: true}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			props, err := Properties(c.svc, c.res, c.caps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, c.name, Render(props))
+		})
+	}
+}
+
+func TestPropertiesRejects(t *testing.T) {
+	s := baseService()
+	s.LogFields = []string{"_SYSTEMD_UNIT=evil"}
+	if _, err := Properties(s, nil, Caps{}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("trusted journal field accepted: %v", err)
+	}
+	s = baseService()
+	s.Slice = "/kubepods.slice"
+	if _, err := Properties(s, nil, Caps{}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("path-form slice accepted: %v", err)
+	}
+	if _, err := Properties(baseService(), &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -1}, Caps{}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("negative memory accepted: %v", err)
+	}
+}
+
+func TestSharesToWeight(t *testing.T) {
+	for _, c := range []struct {
+		shares int64
+		want   uint64
+	}{{0, 0}, {1, 1}, {2, 1}, {1024, 39}, {262144, 10000}, {1 << 30, 10000}} {
+		if got := SharesToWeight(c.shares); got != c.want {
+			t.Errorf("SharesToWeight(%d) = %d, want %d", c.shares, got, c.want)
+		}
+	}
+}
+
+func TestQuotaPerSec(t *testing.T) {
+	for _, c := range []struct {
+		quota  int64
+		period uint64
+		want   uint64
+	}{{50000, 100000, 500000}, {1, 100000, 10000}, {12345, 100000, 130000}, {20000, 50000, 400000}} {
+		if got := quotaPerSec(c.quota, c.period); got != c.want {
+			t.Errorf("quotaPerSec(%d, %d) = %d, want %d", c.quota, c.period, got, c.want)
+		}
+	}
+}
+
+func TestRangeToBits(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []byte
+		ok   bool
+	}{
+		{"0", []byte{0x01}, true},
+		{"0-3", []byte{0x0f}, true},
+		{"1,9", []byte{0x02, 0x02}, true},
+		{"0-1,4", []byte{0x13}, true},
+		{"3-1", nil, false},
+		{"x", nil, false},
+		{"", nil, false},
+	} {
+		got, err := RangeToBits(c.in)
+		if (err == nil) != c.ok || string(got) != string(c.want) {
+			t.Errorf("RangeToBits(%q) = %x, %v; want %x ok=%v", c.in, got, err, c.want, c.ok)
+		}
+	}
+}
+
+func TestStopTimeoutZeroIsImmediate(t *testing.T) {
+	if v := StopTimeout(0).Value.Value().(uint64); v != 1 {
+		t.Errorf("StopTimeout(0) = %d µs; 0 would mean infinity to systemd", v)
+	}
+}
+
+func FuzzRangeToBits(f *testing.F) {
+	for _, s := range []string{"0", "0-3,7", "1,2,3", "65535"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		b, err := RangeToBits(s)
+		if err == nil && len(b) == 0 {
+			t.Fatalf("RangeToBits(%q) gave an empty mask without error", s)
+		}
+	})
+}
