@@ -269,7 +269,8 @@ func (h *Harness) dumpDiagnostics() {
 	} else {
 		t.Logf("journal of %s: %v\n%s", UnitName, err, j)
 	}
-	if out, err := h.ExecTimeout(20*time.Second, "systemctl", "list-units", "--all", "--no-legend", "--plain"); err == nil {
+	if out, err := h.ExecTimeout(20*time.Second, "systemctl", "list-units", "--all", "--no-legend", "--plain",
+		"--type=service,slice,scope", "--state=active,activating,deactivating,failed"); err == nil {
 		t.Logf("units in the harness:\n%s", out)
 	}
 }

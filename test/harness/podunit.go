@@ -188,3 +188,19 @@ func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return strings.TrimSpace(line)
 }
+
+// TestConfig is a podunit configuration for tests: image pulls go to the
+// local test registry (test/critest/registries.conf, which needs
+// Options.HostNet to be reachable), signatures are not checked, and pods
+// get the private bridge network of test/cni. Everything else is default.
+func (h *Harness) TestConfig() string {
+	kit := filepath.Join(h.Repo, "test", "critest")
+	return fmt.Sprintf(`# written by test/harness
+[image]
+registries_conf = %q
+policy_path = %q
+
+[cni]
+conf_dir = %q
+`, filepath.Join(kit, "registries.conf"), filepath.Join(kit, "policy.json"), filepath.Join(h.Repo, "test", "cni"))
+}
