@@ -24,90 +24,72 @@ type Config struct {
 
 // Server is the CRI endpoint.
 type Server struct {
-	// Socket is the CRI unix socket (ignored under socket activation).
-	Socket string `toml:"socket"`
-	// SocketGroup, when set, owns the socket (mode 0660) so a non-root
-	// group can reach the CRI.
-	SocketGroup string `toml:"socket_group"`
-	// LogLevel is debug, info, warn or error.
-	LogLevel string `toml:"log_level"`
-	// LogFormat is text or json.
-	LogFormat string `toml:"log_format"`
+	Socket      string `toml:"socket" doc:"CRI unix socket (ignored under socket activation)."`
+	SocketGroup string `toml:"socket_group" doc:"Group owning the socket (mode 0660); empty keeps root."`
+	LogLevel    string `toml:"log_level" doc:"debug, info, warn or error."`
+	LogFormat   string `toml:"log_format" doc:"text or json."`
 }
 
 // Paths are podunit's own directories.
 type Paths struct {
-	// StateDir survives reboots' worth of podunit restarts: sandbox and
-	// container records.
-	StateDir string `toml:"state_dir"`
-	// RunDir holds volatile state: bundles, namespace pins, pid files.
-	RunDir string `toml:"run_dir"`
+	StateDir string `toml:"state_dir" doc:"Durable state: sandbox and container records, log cursors."`
+	RunDir   string `toml:"run_dir" doc:"Volatile state: bundles, namespace pins, pid files, runtime roots."`
 }
 
 // Systemd tunes the D-Bus side.
 type Systemd struct {
-	// CallTimeout bounds every D-Bus call and job wait.
-	CallTimeout Duration `toml:"call_timeout"`
-	// ParentSlice holds pods that come without a cgroup parent.
-	ParentSlice string `toml:"parent_slice"`
-	// MaxParallelJobs bounds concurrent start/stop jobs sent to PID 1.
-	MaxParallelJobs int `toml:"max_parallel_jobs"`
+	CallTimeout     Duration `toml:"call_timeout" doc:"Upper bound for every D-Bus call and systemd job wait."`
+	ParentSlice     string   `toml:"parent_slice" doc:"Slice holding pods that come without a cgroup parent."`
+	MaxParallelJobs int      `toml:"max_parallel_jobs" doc:"Concurrent start/stop jobs sent to PID 1."`
 }
 
 // Image configures image pulls and the image/layer store.
 type Image struct {
-	StorageRoot    string `toml:"storage_root"`
-	StorageRunRoot string `toml:"storage_run_root"`
-	// StorageDriver is overlay or vfs; empty picks overlay, falling back
-	// to vfs where overlay cannot be mounted.
-	StorageDriver  string `toml:"storage_driver"`
-	RegistriesConf string `toml:"registries_conf"`
-	PolicyPath     string `toml:"policy_path"`
-	// AuthFile is a containers-auth.json; empty uses none.
-	AuthFile string `toml:"auth_file"`
-	// PullProgressTimeout cancels a pull that moved no bytes for this long.
-	PullProgressTimeout Duration `toml:"pull_progress_timeout"`
-	MaxParallelPulls    int      `toml:"max_parallel_pulls"`
-	// PauseImage is kept pinned; podunit itself needs no infra container.
-	PauseImage string `toml:"pause_image"`
+	StorageRoot         string   `toml:"storage_root" doc:"Image and layer store (go.podman.io/storage graph root)."`
+	StorageRunRoot      string   `toml:"storage_run_root" doc:"Volatile store state (mounts, locks)."`
+	StorageDriver       string   `toml:"storage_driver" doc:"overlay or vfs; empty picks overlay, falling back to vfs."`
+	RegistriesConf      string   `toml:"registries_conf" doc:"containers-registries.conf(5): mirrors, insecure, blocked registries."`
+	PolicyPath          string   `toml:"policy_path" doc:"containers-policy.json(5): signature policy."`
+	AuthFile            string   `toml:"auth_file" doc:"containers-auth.json(5) with registry credentials; empty uses none."`
+	PullProgressTimeout Duration `toml:"pull_progress_timeout" doc:"Cancel a pull that moved no bytes for this long."`
+	MaxParallelPulls    int      `toml:"max_parallel_pulls" doc:"Different images pulled at the same time."`
+	PauseImage          string   `toml:"pause_image" doc:"Image kept pinned for the kubelet; podunit needs no infra container."`
 }
 
 // CNI locates the network plugins and their configuration.
 type CNI struct {
-	ConfDir string   `toml:"conf_dir"`
-	BinDirs []string `toml:"bin_dirs"`
+	ConfDir string   `toml:"conf_dir" doc:"CNI network configuration directory."`
+	BinDirs []string `toml:"bin_dirs" doc:"Directories searched for CNI plugins."`
 }
 
 // Runtime selects OCI runtimes.
 type Runtime struct {
-	DefaultHandler string             `toml:"default_handler"`
-	Handlers       map[string]Handler `toml:"handlers"`
+	DefaultHandler string             `toml:"default_handler" doc:"Handler used when a pod names no RuntimeClass."`
+	Handlers       map[string]Handler `toml:"handlers" doc:"OCI runtimes by RuntimeClass handler name."`
 }
 
 // Handler is one OCI runtime a RuntimeClass may name.
 type Handler struct {
-	// Type is runc or crun: the command line dialect.
-	Type string `toml:"type"`
-	Path string `toml:"path"`
-	// Root is the runtime's state directory.
-	Root string `toml:"root"`
+	Type string `toml:"type" doc:"runc or crun: the command line dialect."`
+	Path string `toml:"path" doc:"The runtime binary."`
+	Root string `toml:"root" doc:"The runtime state directory (--root)."`
 }
 
 // Streaming is the exec/attach/port-forward server.
 type Streaming struct {
-	Address string `toml:"address"`
-	TLSCert string `toml:"tls_cert"`
-	TLSKey  string `toml:"tls_key"`
+	Address string `toml:"address" doc:"Streaming server listen address (host:port); port 0 picks one."`
+	TLSCert string `toml:"tls_cert" doc:"PEM certificate for the streaming server; empty serves plain HTTP."`
+	TLSKey  string `toml:"tls_key" doc:"PEM key matching tls_cert."`
 }
 
 // Metrics is the Prometheus endpoint; empty address turns it off.
 type Metrics struct {
-	Address string `toml:"address"`
+	Address string `toml:"address" doc:"Prometheus metrics listen address (loopback host:port); empty turns metrics off."`
 }
 
 // GC schedules the garbage collectors.
 type GC struct {
-	Interval Duration `toml:"interval"`
+	Interval Duration `toml:"interval" doc:"How often the garbage collectors run; 0 runs them only at start."`
 }
 
 // Default returns the configuration used when no file says otherwise.

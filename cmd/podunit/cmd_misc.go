@@ -77,6 +77,7 @@ func runConfig(args []string) int {
 	fs := flag.NewFlagSet("config", flag.ContinueOnError)
 	var cf configFlags
 	cf.register(fs)
+	documented := fs.Bool("documented", false, "print every key with its documentation (the shipped sample)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: podunit config [flags]\n\nPrints the effective configuration (defaults, file, drop-ins, flags) as TOML.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -88,7 +89,11 @@ func runConfig(args []string) int {
 	if c == nil {
 		return code
 	}
-	b, err := config.Encode(*c)
+	encode := config.Encode
+	if *documented {
+		encode = config.Documented
+	}
+	b, err := encode(*c)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "podunit: %v\n", err)
 		return 1
