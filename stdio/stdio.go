@@ -1,0 +1,143 @@
+// Package stdio is the ExecStart= wrapper of a container unit
+// (`podunit _stdio`). It connects the container's stdout and stderr to
+// journald as two separate stream connections and then execs the OCI
+// runtime, which hands them to the container's init.
+//
+// Without it systemd gives the service one stream for both fds
+// (StandardError=journal dups stdout's), so stdout and stderr could not be
+// told apart in the journal nor written to the CRI log with the right tag.
+package stdio
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// DefaultSocket is journald's stdout stream socket.
+const DefaultSocket = "/run/systemd/journal/stdout"
+
+// Syslog priorities of the two streams: the CRI log follower tells stdout
+// from stderr by them, and the level prefix is off so a container cannot
+// forge one.
+const (
+	PriorityStdout = 6 // info
+	PriorityStderr = 3 // err
+)
+
+// Options are the wrapper's flags.
+type Options struct {
+	Unit       string
+	Identifier string
+	Socket     string
+	Argv       []string
+}
+
+// ParseArgs parses `--unit U --identifier I [--socket P] -- ARGV...`.
+func ParseArgs(args []string) (Options, error) {
+	fs := flag.NewFlagSet("_stdio", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var o Options
+	fs.StringVar(&o.Unit, "unit", "", "unit name journald attributes the lines to")
+	fs.StringVar(&o.Identifier, "identifier", "", "SYSLOG_IDENTIFIER of the lines")
+	fs.StringVar(&o.Socket, "socket", DefaultSocket, "journald stdout socket")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	o.Argv = fs.Args()
+	if o.Unit == "" || len(o.Argv) == 0 {
+		return o, errors.New("usage: _stdio --unit UNIT [--identifier ID] [--socket PATH] -- COMMAND [ARG...]")
+	}
+	if o.Identifier == "" {
+		o.Identifier = o.Unit
+	}
+	for _, s := range []string{o.Unit, o.Identifier} {
+		if strings.ContainsAny(s, "\n\x00") {
+			return o, fmt.Errorf("newline in %q would corrupt the stream header", s)
+		}
+	}
+	return o, nil
+}
+
+// Header is journald's stream protocol preamble: identifier, unit id,
+// priority, level prefix, forward to syslog, to kmsg, to console.
+func Header(identifier, unit string, priority int) string {
+	return fmt.Sprintf("%s\n%s\n%d\n0\n0\n0\n0\n", identifier, unit, priority)
+}
+
+// Connect opens one journald stream with the given header. It uses raw
+// syscalls on purpose: the fd ends up as the container's stdout, and the
+// non-blocking mode Go's net package would set lives in the shared file
+// description — the container would then get EAGAIN on a busy journald.
+func Connect(socket, identifier, unit string, priority int) (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("socket: %w", err)
+	}
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: socket}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("connect %s: %w", socket, err)
+	}
+	_ = unix.Shutdown(fd, unix.SHUT_RD)
+	hdr := []byte(Header(identifier, unit, priority))
+	for len(hdr) > 0 {
+		n, err := unix.Write(fd, hdr)
+		if err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("write stream header: %w", err)
+		}
+		hdr = hdr[n:]
+	}
+	return fd, nil
+}
+
+// Setup replaces fds 1 and 2 with journald streams. When journald cannot be
+// reached the unit's own stdio (systemd's journal stream, or /dev/null) is
+// kept: a container must not fail to start because logging is degraded.
+func Setup(o Options, warn io.Writer) {
+	out, err := Connect(o.Socket, o.Identifier, o.Unit, PriorityStdout)
+	if err != nil {
+		fmt.Fprintf(warn, "podunit _stdio: %v; keeping inherited stdout/stderr\n", err)
+		return
+	}
+	errFd, err := Connect(o.Socket, o.Identifier, o.Unit, PriorityStderr)
+	if err != nil {
+		unix.Close(out)
+		fmt.Fprintf(warn, "podunit _stdio: %v; keeping inherited stdout/stderr\n", err)
+		return
+	}
+	// dup3 without O_CLOEXEC: 1 and 2 must survive the exec.
+	if err := unix.Dup3(out, 1, 0); err != nil {
+		fmt.Fprintf(warn, "podunit _stdio: dup stdout: %v\n", err)
+	}
+	if err := unix.Dup3(errFd, 2, 0); err != nil {
+		fmt.Fprintf(warn, "podunit _stdio: dup stderr: %v\n", err)
+	}
+	unix.Close(out)
+	unix.Close(errFd)
+}
+
+// Main is `podunit _stdio`: it only returns on failure.
+func Main(args []string) int {
+	o, err := ParseArgs(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "podunit _stdio:", err)
+		return 2
+	}
+	path, err := exec.LookPath(o.Argv[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "podunit _stdio:", err)
+		return 127
+	}
+	Setup(o, os.Stderr)
+	err = syscall.Exec(path, o.Argv, os.Environ())
+	fmt.Fprintf(os.Stderr, "podunit _stdio: exec %s: %v\n", path, err)
+	return 126
+}

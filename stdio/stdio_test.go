@@ -1,0 +1,130 @@
+package stdio
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestMain(m *testing.M) {
+	// Re-executed as the wrapper by TestWrapperSeparatesStreams.
+	if len(os.Args) > 1 && os.Args[1] == "_stdio" {
+		os.Exit(Main(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+func TestParseArgs(t *testing.T) {
+	o, err := ParseArgs([]string{"--unit", "u.service", "--", "runc", "--root", "/r", "run"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Identifier != "u.service" || o.Socket != DefaultSocket || strings.Join(o.Argv, " ") != "runc --root /r run" {
+		t.Errorf("got %+v", o)
+	}
+	for _, bad := range [][]string{{"--", "runc"}, {"--unit", "u"}, {"--unit", "a\nb", "--", "x"}} {
+		if _, err := ParseArgs(bad); err == nil {
+			t.Errorf("ParseArgs(%q) accepted", bad)
+		}
+	}
+}
+
+// fakeJournal accepts stream connections and returns, per connection, the
+// header and the lines that followed.
+func fakeJournal(t *testing.T) (string, <-chan []string) {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "stdout")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ch := make(chan []string, 4)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				var lines []string
+				sc := bufio.NewScanner(c)
+				for sc.Scan() {
+					lines = append(lines, sc.Text())
+				}
+				ch <- lines
+			}()
+		}
+	}()
+	return sock, ch
+}
+
+func TestWrapperSeparatesStreams(t *testing.T) {
+	sock, ch := fakeJournal(t)
+	cmd := exec.Command(os.Args[0], "_stdio", "--unit", "podunit-ctr-x.service", "--identifier", "web",
+		"--socket", sock, "--", "/bin/sh", "-c", "echo out1; echo err1 >&2; echo out2")
+	if out, err := cmd.CombinedOutput(); err != nil || len(out) != 0 {
+		t.Fatalf("wrapper: %v, output on inherited fds: %q", err, out)
+	}
+	got := map[string][]string{}
+	for i := 0; i < 2; i++ {
+		select {
+		case lines := <-ch:
+			if len(lines) < 7 {
+				t.Fatalf("short stream %q", lines)
+			}
+			got[lines[2]] = lines
+		case <-time.After(5 * time.Second):
+			t.Fatal("no stream")
+		}
+	}
+	wantOut := []string{"web", "podunit-ctr-x.service", "6", "0", "0", "0", "0", "out1", "out2"}
+	wantErr := []string{"web", "podunit-ctr-x.service", "3", "0", "0", "0", "0", "err1"}
+	if strings.Join(got["6"], "|") != strings.Join(wantOut, "|") {
+		t.Errorf("stdout stream %q, want %q", got["6"], wantOut)
+	}
+	if strings.Join(got["3"], "|") != strings.Join(wantErr, "|") {
+		t.Errorf("stderr stream %q, want %q", got["3"], wantErr)
+	}
+}
+
+func TestStreamIsBlocking(t *testing.T) {
+	sock, _ := fakeJournal(t)
+	fd, err := Connect(sock, "i", "u", 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fl&unix.O_NONBLOCK != 0 {
+		t.Error("journal stream is non-blocking; the container would see EAGAIN")
+	}
+}
+
+func TestFallbackWithoutJournal(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "_stdio", "--unit", "u.service",
+		"--socket", filepath.Join(t.TempDir(), "missing"), "--", "/bin/sh", "-c", "echo still-here")
+	cmd.Stderr = io.Discard
+	out, err := cmd.Output()
+	if err != nil || strings.TrimSpace(string(out)) != "still-here" {
+		t.Errorf("fallback: %v %q", err, out)
+	}
+}
+
+func TestMissingCommand(t *testing.T) {
+	if rc := Main([]string{"--unit", "u", "--", "/nonexistent/runc"}); rc != 127 {
+		t.Errorf("rc = %d, want 127", rc)
+	}
+}
