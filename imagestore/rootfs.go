@@ -1,0 +1,267 @@
+package imagestore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/moby/sys/mountinfo"
+	"go.podman.io/storage"
+
+	"github.com/podunit/podunit/errdefs"
+)
+
+// Kinds of storage containers podunit creates. A storage "container" is a
+// writable layer on an image; podunit uses one per container root
+// filesystem and one per image volume.
+const (
+	kindRootfs      = "rootfs"
+	kindImageVolume = "image-volume"
+)
+
+// ownerMeta is stored as the storage container's metadata. It marks what
+// podunit owns, so that a store shared with podman never has podman's
+// containers listed or collected by podunit.
+type ownerMeta struct {
+	Podunit bool   `json:"podunit"`
+	Kind    string `json:"kind"`
+	Owner   string `json:"owner"` // the CRI container ID
+	Name    string `json:"name,omitempty"`
+	Image   string `json:"image"`
+}
+
+func parseOwnerMeta(s string) (ownerMeta, bool) {
+	var m ownerMeta
+	if json.Unmarshal([]byte(s), &m) != nil || !m.Podunit || m.Owner == "" {
+		return ownerMeta{}, false
+	}
+	return m, true
+}
+
+// CreateContainerRootfs creates the writable layer for a container on the
+// image imageRef names (usually its ID). name, if set, must be unique in
+// the store. Creating a rootfs that already exists for the same image is a
+// no-op, so a retried CreateContainer does not fail on its own leftovers.
+func (s *Store) CreateContainerRootfs(ctx context.Context, containerID, imageRef, name string) error {
+	if containerID == "" {
+		return fmt.Errorf("%w: empty container ID", errdefs.ErrInvalid)
+	}
+	img, err := s.lookup(imageRef)
+	if err != nil {
+		return err
+	}
+	return s.createLayer(ctx, containerID, img.ID, ownerMeta{
+		Podunit: true, Kind: kindRootfs, Owner: containerID, Name: name, Image: img.ID,
+	})
+}
+
+func (s *Store) createLayer(ctx context.Context, id, imageID string, meta ownerMeta) error {
+	raw, err := json.Marshal(meta)
+	if err != nil {
+		return err
+	}
+	var names []string
+	if meta.Name != "" {
+		names = []string{meta.Name}
+	}
+	_, err = s.store.CreateContainer(id, names, imageID, "", string(raw), nil)
+	if errors.Is(err, storage.ErrDuplicateID) {
+		if c, cerr := s.store.Container(id); cerr == nil && c.ImageID == imageID {
+			if m, ok := parseOwnerMeta(c.Metadata); ok && m.Kind == meta.Kind && m.Owner == meta.Owner {
+				return nil
+			}
+		}
+	}
+	if err != nil {
+		return storageErr(fmt.Sprintf("creating %s %s on image %s", meta.Kind, id, imageID), err)
+	}
+	s.log.DebugContext(ctx, "created writable layer", "kind", meta.Kind, "id", id, "image", imageID)
+	return nil
+}
+
+// MountRootfs mounts a container's root filesystem and returns its path.
+// It is idempotent, also across a podunit restart: a filesystem that is
+// still mounted is returned as is, without stacking another mount or
+// raising the mount count, so one UnmountRootfs always undoes it.
+func (s *Store) MountRootfs(ctx context.Context, containerID string) (string, error) {
+	return s.mount(ctx, containerID)
+}
+
+func (s *Store) mount(ctx context.Context, id string) (string, error) {
+	c, err := s.store.Container(id)
+	if err != nil {
+		return "", storageErr("container filesystem "+id, err)
+	}
+	if n, err := s.store.Mounted(id); err == nil && n > 0 {
+		if layer, err := s.store.Layer(c.LayerID); err == nil && layer.MountPoint != "" {
+			if ok, err := mountinfo.Mounted(layer.MountPoint); err == nil && ok {
+				return layer.MountPoint, nil
+			}
+		}
+		// The count outlived the mount (someone unmounted it behind
+		// storage's back): reset it before mounting afresh.
+		s.log.WarnContext(ctx, "stale mount count, remounting", "id", id, "count", n)
+		if _, err := s.store.Unmount(id, true); err != nil && !errors.Is(err, storage.ErrLayerNotMounted) {
+			return "", storageErr("resetting mount of "+id, err)
+		}
+	}
+	path, err := s.store.Mount(id, c.MountLabel())
+	if err != nil {
+		return "", storageErr("mounting container filesystem "+id, err)
+	}
+	return path, nil
+}
+
+// UnmountRootfs unmounts a container's root filesystem and its image
+// volumes. Unknown or unmounted containers are not an error.
+func (s *Store) UnmountRootfs(ctx context.Context, containerID string) error {
+	if err := s.UnmountImageVolumes(ctx, containerID); err != nil {
+		return err
+	}
+	return s.unmount(containerID)
+}
+
+func (s *Store) unmount(id string) error {
+	_, err := s.store.Unmount(id, true)
+	switch {
+	case err == nil, errors.Is(err, storage.ErrContainerUnknown), errors.Is(err, storage.ErrLayerUnknown),
+		errors.Is(err, storage.ErrLayerNotMounted):
+		return nil
+	}
+	return storageErr("unmounting "+id, err)
+}
+
+// DeleteRootfs unmounts and deletes a container's root filesystem and its
+// image volumes. Deleting what is not there succeeds.
+func (s *Store) DeleteRootfs(ctx context.Context, containerID string) error {
+	if err := s.DeleteImageVolumes(ctx, containerID); err != nil {
+		return err
+	}
+	return s.deleteLayer(ctx, containerID)
+}
+
+func (s *Store) deleteLayer(ctx context.Context, id string) error {
+	if err := s.unmount(id); err != nil {
+		return err
+	}
+	err := s.store.DeleteContainer(id)
+	if err == nil || errors.Is(err, storage.ErrContainerUnknown) || errors.Is(err, storage.ErrNotAContainer) {
+		if err == nil {
+			s.log.DebugContext(ctx, "deleted writable layer", "id", id)
+		}
+		return nil
+	}
+	return storageErr("deleting container filesystem "+id, err)
+}
+
+// ListRootfs returns the IDs of every container that owns podunit storage
+// (a root filesystem or image volumes), for garbage collection: calling
+// DeleteRootfs on an ID podunit no longer knows reclaims all of it.
+func (s *Store) ListRootfs(ctx context.Context) ([]string, error) {
+	containers, err := s.store.Containers()
+	if err != nil {
+		return nil, storageErr("listing container filesystems", err)
+	}
+	seen := map[string]bool{}
+	var ids []string
+	for _, c := range containers {
+		if m, ok := parseOwnerMeta(c.Metadata); ok && !seen[m.Owner] {
+			seen[m.Owner] = true
+			ids = append(ids, m.Owner)
+		}
+	}
+	return ids, nil
+}
+
+// RootfsUsage is the space and inodes a container's writable layer uses.
+func (s *Store) RootfsUsage(ctx context.Context, containerID string) (bytes, inodes uint64, err error) {
+	c, err := s.store.Container(containerID)
+	if err != nil {
+		return 0, 0, storageErr("container filesystem "+containerID, err)
+	}
+	driver, err := s.store.GraphDriver()
+	if err != nil {
+		return 0, 0, fmt.Errorf("graph driver: %w", err)
+	}
+	du, err := driver.ReadWriteDiskUsage(c.LayerID)
+	if err != nil {
+		return 0, 0, storageErr("measuring container filesystem "+containerID, err)
+	}
+	return uint64(max(du.Size, 0)), uint64(max(du.InodeCount, 0)), nil
+}
+
+// imageVolumeID names the storage container backing one image volume; it
+// is derived, not random, so that mounting again after a restart finds the
+// same one. One image mounted twice into a container shares it.
+func imageVolumeID(containerID, imageID string) string {
+	sum := sha256.Sum256([]byte("podunit-image-volume\x00" + containerID + "\x00" + imageID))
+	return hex.EncodeToString(sum[:])
+}
+
+// MountImageVolume mounts the image imageRef names (a CRI Mount.image) for
+// a container and returns the host path, to be bind-mounted read-only into
+// the container (the ro is the bind mount's job; the host path is the
+// image's files on a private writable layer, so nothing written through it
+// could reach the image or another container). It is idempotent.
+func (s *Store) MountImageVolume(ctx context.Context, containerID, imageRef string) (string, error) {
+	if containerID == "" {
+		return "", fmt.Errorf("%w: empty container ID", errdefs.ErrInvalid)
+	}
+	img, err := s.lookup(imageRef)
+	if err != nil {
+		return "", err
+	}
+	id := imageVolumeID(containerID, img.ID)
+	if err := s.createLayer(ctx, id, img.ID, ownerMeta{
+		Podunit: true, Kind: kindImageVolume, Owner: containerID, Image: img.ID,
+	}); err != nil {
+		return "", err
+	}
+	return s.mount(ctx, id)
+}
+
+// imageVolumes lists the storage containers backing containerID's image volumes.
+func (s *Store) imageVolumes(containerID string) ([]string, error) {
+	containers, err := s.store.Containers()
+	if err != nil {
+		return nil, storageErr("listing image volumes", err)
+	}
+	var ids []string
+	for _, c := range containers {
+		if m, ok := parseOwnerMeta(c.Metadata); ok && m.Kind == kindImageVolume && m.Owner == containerID {
+			ids = append(ids, c.ID)
+		}
+	}
+	return ids, nil
+}
+
+// UnmountImageVolumes unmounts every image volume of a container.
+func (s *Store) UnmountImageVolumes(ctx context.Context, containerID string) error {
+	ids, err := s.imageVolumes(containerID)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := s.unmount(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DeleteImageVolumes unmounts and deletes every image volume of a container.
+func (s *Store) DeleteImageVolumes(ctx context.Context, containerID string) error {
+	ids, err := s.imageVolumes(containerID)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := s.deleteLayer(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
