@@ -13,7 +13,7 @@ expected=${2:?usage: ratchet.sh SPECS_TSV EXPECTED [FOCUS]}
 focus=${3:-}
 
 awk -F'\t' -v focus="$focus" '
-	FNR == NR {                                   # expected-pass.txt
+	FILENAME == ARGV[1] {                         # expected-pass.txt (may be empty)
 		sub(/[ \t]+$/, ""); sub(/^[ \t]+/, "")
 		if ($0 == "" || $0 ~ /^#/) next
 		listed[$0] = 1; order[++n] = $0; next

@@ -105,23 +105,8 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 net_cleanup() {
-	local c r id
-	ip link del "$BRIDGE" 2>/dev/null || true
-	while iptables -D FORWARD -s "$SUBNET" ! -d "$SUBNET" -m comment --comment podunit-critest -j DROP 2>/dev/null; do :; done
-	while iptables -D FORWARD -d "$SUBNET" ! -s "$SUBNET" -m comment --comment podunit-critest -j DROP 2>/dev/null; do :; done
-	# portmap's and bridge's nat chains, with the jumps into them
-	for c in PREROUTING OUTPUT POSTROUTING; do
-		iptables -t nat -S "$c" 2>/dev/null | grep -E -- '-j CNI-' | sed 's/^-A/-D/' | while read -r r; do
-			eval iptables -t nat "$r" || true
-		done
-	done
-	for c in $(iptables -t nat -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^CNI-/ {print $2}'); do iptables -t nat -F "$c" || true; done
-	for c in $(iptables -t nat -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^CNI-/ {print $2}'); do iptables -t nat -X "$c" || true; done
-	for c in $(iptables -S 2>/dev/null | awk '$1=="-N" && $2 ~ /^CNI-/ {print $2}'); do
-		iptables -S FORWARD | grep -E -- "-j $c\$" | sed 's/^-A/-D/' | while read -r r; do eval iptables "$r" || true; done
-		iptables -F "$c" || true; iptables -X "$c" || true
-	done
-	[[ -f $BASE/ip_forward.orig ]] && cat "$BASE/ip_forward.orig" >/proc/sys/net/ipv4/ip_forward
+	local id
+	bash "$CNI_DIR/net-cleanup.sh" "$BASE"
 	# critest's HostIpc specs create SysV segments on the host and never remove them
 	if [[ -f $BASE/shm.before ]]; then
 		for id in $(ipcs -m | awk '$2 ~ /^[0-9]+$/ {print $2}'); do

@@ -1,0 +1,99 @@
+# podunit — build, run and test. Two entry points for a fresh Debian 12 as root:
+#   make run    install runtime deps, build, start podunit, print how to reach it
+#   make test   install test deps, lint, unit tests (-race), integration tests
+#               in the systemd harness, critest with the ratchet
+# Others: build, stop, lint, unit, integration, critest FOCUS='<regex>', clean.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := build
+
+export PATH := /usr/local/go/bin:/usr/local/bin:$(PATH)
+TAGS := containers_image_openpgp,exclude_graphdriver_btrfs,exclude_graphdriver_devicemapper
+export GOFLAGS := -tags=$(TAGS)
+# tools (staticcheck) land here, outside the source tree
+TOOLS_BIN ?= /usr/local/bin
+STATICCHECK_VERSION := v0.8.2
+CRI_TOOLS_VERSION := 1.37.0
+
+BIN := $(CURDIR)/bin/podunit
+HARNESS := $(CURDIR)/test/harness/podunit-harness.sh
+KIT := $(CURDIR)/test/critest
+FOCUS ?=
+
+# what podunit needs at run time (the harness needs dbus, iptables, iproute2,
+# util-linux's unshare/nsenter; systemd is Debian's default init package)
+RUN_DEPS := runc crun containernetworking-plugins catatonit iptables iproute2 \
+	util-linux dbus systemd jq golang-github-containers-common golang-github-containers-image
+# what the tests need besides (critest's own list is in test/critest/install-tools.sh)
+TEST_DEPS := $(RUN_DEPS) gcc libc6-dev jq curl git
+
+# `make run` outside a systemd host: harness state lives here
+RUN_HARNESS ?= /var/lib/podunit-harness
+RUN_DIR := $(RUN_HARNESS)/sd
+
+.PHONY: build run stop test lint fmt-check vet staticcheck unit integration critest \
+	deps-run deps-test critest-tools crictl clean
+
+build:
+	go build -o $(BIN) ./cmd/podunit
+
+## ---------------------------------------------------------------- run ----
+
+deps-run:
+	@source $(KIT)/lib.sh && require_root && ensure_packages $(RUN_DEPS)
+
+# crictl alone (no critest build) for `make run`
+crictl:
+	@if ! crictl --version 2>/dev/null | grep -qx 'crictl version $(CRI_TOOLS_VERSION)'; then \
+		echo "installing crictl $(CRI_TOOLS_VERSION)"; \
+		GOFLAGS= GOBIN=$(TOOLS_BIN) go install -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$(CRI_TOOLS_VERSION)" \
+			sigs.k8s.io/cri-tools/cmd/crictl@v$(CRI_TOOLS_VERSION); \
+	fi
+
+run: deps-run crictl build
+	@bash $(CURDIR)/test/harness/run-podunit.sh start
+
+stop:
+	@bash $(CURDIR)/test/harness/run-podunit.sh stop
+
+## --------------------------------------------------------------- test ----
+
+# critest, crictl, ginkgo, the registry and image build tools
+critest-tools:
+	@bash $(KIT)/install-tools.sh
+
+deps-test: critest-tools
+	@source $(KIT)/lib.sh && require_root && ensure_packages $(TEST_DEPS)
+	@if ! $(TOOLS_BIN)/staticcheck -version 2>/dev/null | grep -qF '($(STATICCHECK_VERSION))'; then \
+		echo "installing staticcheck $(STATICCHECK_VERSION)"; \
+		GOFLAGS= GOBIN=$(TOOLS_BIN) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); \
+	fi
+
+test: deps-test lint unit build integration critest
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+# vet and staticcheck also see the integration-tagged files
+vet:
+	go vet -tags=$(TAGS),integration ./...
+
+staticcheck:
+	$(TOOLS_BIN)/staticcheck -tags=$(TAGS),integration ./...
+
+lint: fmt-check vet staticcheck
+
+unit:
+	go test -race -count=1 ./...
+
+# integration tests boot systemd (root); one package at a time on 2 cores
+integration: build
+	PODUNIT_BINARY=$(BIN) go test -tags=$(TAGS),integration -count=1 -p 1 -timeout 20m ./test/...
+
+critest: critest-tools build
+	@PODUNIT_BINARY=$(BIN) FOCUS='$(FOCUS)' bash $(KIT)/run.sh
+
+clean:
+	rm -rf $(CURDIR)/bin

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# net-cleanup.sh [STATE_DIR] — undo on the host what the test network did when
+# podunit ran in a --host-net harness: the pu-test0 bridge, the FORWARD DROP
+# rules for 10.214.0.0/16 tagged "podunit-critest", the CNI-* chains that the
+# bridge and portmap plugins create (with the jumps into them), and, when
+# STATE_DIR/ip_forward.orig exists, the host's ip_forward as it was before.
+# Idempotent; touches only those names.
+set -uo pipefail
+SUBNET=10.214.0.0/16
+BRIDGE=pu-test0
+state=${1:-}
+
+ip link del "$BRIDGE" 2>/dev/null
+while iptables -D FORWARD -s "$SUBNET" ! -d "$SUBNET" -m comment --comment podunit-critest -j DROP 2>/dev/null; do :; done
+while iptables -D FORWARD -d "$SUBNET" ! -s "$SUBNET" -m comment --comment podunit-critest -j DROP 2>/dev/null; do :; done
+for table in nat filter; do
+	chains=$(iptables -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^CNI-/ {print $2}')
+	[[ -n $chains ]] || continue
+	# first every jump into a CNI chain (from built-in chains or other CNI chains)
+	iptables -t "$table" -S 2>/dev/null | grep -E -- '-j CNI-[^ ]+' | sed 's/^-A/-D/' | while read -r rule; do
+		eval iptables -t "$table" "$rule" 2>/dev/null
+	done
+	for c in $chains; do iptables -t "$table" -F "$c" 2>/dev/null; done
+	for c in $chains; do iptables -t "$table" -X "$c" 2>/dev/null; done
+done
+if [[ -n $state && -f $state/ip_forward.orig ]]; then
+	cat "$state/ip_forward.orig" >/proc/sys/net/ipv4/ip_forward
+fi
+exit 0
