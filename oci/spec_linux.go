@@ -1,0 +1,177 @@
+package oci
+
+import (
+	"maps"
+	"path"
+	"slices"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// withNamespaces joins the pod's pinned namespaces or the host's. UTS follows
+// the network: the kubelet gives a host-network pod the node's hostname.
+func withNamespaces(o *runtimeapi.NamespaceOption, p PodNamespaces, cgroupNS bool) SpecOpt {
+	return func(s *specs.Spec) error {
+		ns := []specs.LinuxNamespace{{Type: specs.MountNamespace}}
+		join := func(t specs.LinuxNamespaceType, p string) error {
+			if p != "" && (!path.IsAbs(p) || hasDotDot(p)) {
+				return invalid("namespaces", "%s namespace path %q must be absolute without ..", t, p)
+			}
+			ns = append(ns, specs.LinuxNamespace{Type: t, Path: p})
+			return nil
+		}
+		hostNet := o.GetNetwork() == runtimeapi.NamespaceMode_NODE
+		if !hostNet {
+			if err := join(specs.NetworkNamespace, p.NetworkPath); err != nil {
+				return err
+			}
+			if err := join(specs.UTSNamespace, p.UTSPath); err != nil {
+				return err
+			}
+		}
+		if o.GetIpc() != runtimeapi.NamespaceMode_NODE {
+			if err := join(specs.IPCNamespace, p.IPCPath); err != nil {
+				return err
+			}
+		}
+		switch o.GetPid() {
+		case runtimeapi.NamespaceMode_NODE:
+		case runtimeapi.NamespaceMode_CONTAINER:
+			ns = append(ns, specs.LinuxNamespace{Type: specs.PIDNamespace})
+		case runtimeapi.NamespaceMode_TARGET:
+			if p.PIDPath == "" {
+				return invalid("namespace_options.pid", "TARGET %q needs the target's PID namespace path", o.GetTargetId())
+			}
+			if err := join(specs.PIDNamespace, p.PIDPath); err != nil {
+				return err
+			}
+		default:
+			if err := join(specs.PIDNamespace, p.PIDPath); err != nil {
+				return err
+			}
+		}
+		if cgroupNS {
+			ns = append(ns, specs.LinuxNamespace{Type: specs.CgroupNamespace})
+		}
+		linux(s).Namespaces = ns
+		return nil
+	}
+}
+
+// withHostname sets the hostname only in a UTS namespace of the container's
+// own; a joined pod namespace already has it, the host's must not change.
+func withHostname(h string) SpecOpt {
+	return func(s *specs.Spec) error {
+		if s.Linux == nil {
+			return nil
+		}
+		for _, n := range s.Linux.Namespaces {
+			if n.Type == specs.UTSNamespace && n.Path == "" {
+				s.Hostname = h
+			}
+		}
+		return nil
+	}
+}
+
+// withUserNamespace: userns mode POD maps IDs with the pod's single mapping;
+// the CRI's CONTAINER and TARGET modes have no defined semantics.
+func withUserNamespace(u *runtimeapi.UserNamespace, joinPath string) SpecOpt {
+	return func(s *specs.Spec) error {
+		if u == nil {
+			return nil
+		}
+		switch u.GetMode() {
+		case runtimeapi.NamespaceMode_NODE:
+			return nil
+		case runtimeapi.NamespaceMode_POD:
+		default:
+			return invalid("userns_options.mode", "%v is not supported (POD or NODE)", u.GetMode())
+		}
+		uids, err := userNSMappings("uids", u.GetUids())
+		if err != nil {
+			return err
+		}
+		gids, err := userNSMappings("gids", u.GetGids())
+		if err != nil {
+			return err
+		}
+		if joinPath != "" && (!path.IsAbs(joinPath) || hasDotDot(joinPath)) {
+			return invalid("namespaces", "user namespace path %q must be absolute without ..", joinPath)
+		}
+		l := linux(s)
+		l.Namespaces = append(l.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace, Path: joinPath})
+		l.UIDMappings, l.GIDMappings = uids, gids
+		return nil
+	}
+}
+
+func userNSMappings(field string, m []*runtimeapi.IDMapping) ([]specs.LinuxIDMapping, error) {
+	if len(m) != 1 {
+		return nil, invalid("userns_options."+field, "want exactly one mapping, got %d", len(m))
+	}
+	if m[0].GetContainerId() != 0 || m[0].GetLength() == 0 {
+		return nil, invalid("userns_options."+field, "the mapping must start at container ID 0 and be non-empty")
+	}
+	return []specs.LinuxIDMapping{idMap(m[0])}, nil
+}
+
+// withSysctls applies the pod's sysctls, allowing only namespaced ones and
+// only when that namespace is not the host's.
+func withSysctls(sysctls map[string]string) SpecOpt {
+	return func(s *specs.Spec) error {
+		if len(sysctls) == 0 {
+			return nil
+		}
+		own := map[string]bool{}
+		if s.Linux != nil {
+			for _, n := range s.Linux.Namespaces {
+				own[string(n.Type)] = true
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(sysctls)) {
+			dotted := strings.ReplaceAll(k, "/", ".")
+			ns := ""
+			for _, p := range namespacedSysctlPrefixes {
+				if strings.HasPrefix(dotted, p.prefix) {
+					ns = p.ns
+					break
+				}
+			}
+			if ns == "" {
+				return invalid("sysctls", "%q is not namespaced", k)
+			}
+			if !own[ns] {
+				return invalid("sysctls", "%q would change the host: the pod uses the host %s namespace", k, ns)
+			}
+		}
+		linux(s).Sysctl = maps.Clone(sysctls)
+		return nil
+	}
+}
+
+// withResources keeps only what systemd's unit properties cannot express for
+// the container's sub-cgroup: hugetlb limits and raw cgroup v2 files. CPU,
+// memory, pids and cpuset belong to the unit (DESIGN.md: one manager per knob).
+func withResources(r *runtimeapi.LinuxContainerResources) SpecOpt {
+	return func(s *specs.Spec) error {
+		for _, h := range r.GetHugepageLimits() {
+			if h.GetPageSize() == "" {
+				return invalid("resources.hugepage_limits", "empty page size")
+			}
+			resources(s).HugepageLimits = append(resources(s).HugepageLimits,
+				specs.LinuxHugepageLimit{Pagesize: h.GetPageSize(), Limit: h.GetLimit()})
+		}
+		for k := range r.GetUnified() {
+			if k == "" || strings.Contains(k, "/") || hasDotDot(k) {
+				return invalid("resources.unified", "invalid cgroup file name %q", k)
+			}
+		}
+		if len(r.GetUnified()) > 0 {
+			resources(s).Unified = maps.Clone(r.GetUnified())
+		}
+		return nil
+	}
+}
