@@ -1,0 +1,178 @@
+package oci
+
+import (
+	"maps"
+	"slices"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/podunit/podunit/errdefs"
+)
+
+func nsString(s *specs.Spec) map[specs.LinuxNamespaceType]string {
+	out := map[specs.LinuxNamespaceType]string{}
+	for _, n := range s.Linux.Namespaces {
+		out[n.Type] = n.Path
+	}
+	return out
+}
+
+func TestNamespaces(t *testing.T) {
+	pod := PodNamespaces{NetworkPath: "/run/ns/net", IPCPath: "/run/ns/ipc", UTSPath: "/run/ns/uts", PIDPath: "/run/ns/pid"}
+	node, ctr, podm, target := runtimeapi.NamespaceMode_NODE, runtimeapi.NamespaceMode_CONTAINER, runtimeapi.NamespaceMode_POD, runtimeapi.NamespaceMode_TARGET
+	tests := []struct {
+		name     string
+		o        *runtimeapi.NamespaceOption
+		p        PodNamespaces
+		cgroupNS bool
+		want     map[specs.LinuxNamespaceType]string
+		err      error
+	}{
+		{name: "join pod, private pid", o: &runtimeapi.NamespaceOption{Pid: ctr}, p: pod,
+			want: map[specs.LinuxNamespaceType]string{"mount": "", "network": "/run/ns/net", "uts": "/run/ns/uts", "ipc": "/run/ns/ipc", "pid": ""}},
+		{name: "pod pid", o: &runtimeapi.NamespaceOption{Pid: podm}, p: pod,
+			want: map[specs.LinuxNamespaceType]string{"mount": "", "network": "/run/ns/net", "uts": "/run/ns/uts", "ipc": "/run/ns/ipc", "pid": "/run/ns/pid"}},
+		{name: "host everything", o: &runtimeapi.NamespaceOption{Network: node, Ipc: node, Pid: node}, p: pod,
+			want: map[specs.LinuxNamespaceType]string{"mount": ""}},
+		{name: "no pod files: private", o: nil, cgroupNS: true,
+			want: map[specs.LinuxNamespaceType]string{"mount": "", "network": "", "uts": "", "ipc": "", "pid": "", "cgroup": ""}},
+		{name: "target", o: &runtimeapi.NamespaceOption{Pid: target, TargetId: "c1"}, p: PodNamespaces{PIDPath: "/proc/42/ns/pid"},
+			want: map[specs.LinuxNamespaceType]string{"mount": "", "network": "", "uts": "", "ipc": "", "pid": "/proc/42/ns/pid"}},
+		{name: "target without path", o: &runtimeapi.NamespaceOption{Pid: target}, err: errdefs.ErrInvalid},
+		{name: "hostile path", o: &runtimeapi.NamespaceOption{Pid: ctr}, p: PodNamespaces{NetworkPath: "/run/../proc/1/ns/net"}, err: errdefs.ErrInvalid},
+		{name: "relative path", o: &runtimeapi.NamespaceOption{Pid: ctr}, p: PodNamespaces{IPCPath: "ns/ipc"}, err: errdefs.ErrInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := apply(t, withNamespaces(tt.o, tt.p, tt.cgroupNS))
+			if wantErr(t, err, tt.err) {
+				return
+			}
+			if got := nsString(s); !maps.Equal(got, tt.want) {
+				t.Errorf("namespaces = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestHostname(t *testing.T) {
+	for _, tt := range []struct {
+		ns   []specs.LinuxNamespace
+		want string
+	}{
+		{ns: []specs.LinuxNamespace{{Type: specs.UTSNamespace}}, want: "pod"},
+		{ns: []specs.LinuxNamespace{{Type: specs.UTSNamespace, Path: "/run/ns/uts"}}},
+		{ns: nil},
+	} {
+		s := &specs.Spec{Linux: &specs.Linux{Namespaces: tt.ns}}
+		if err := withHostname("pod")(s); err != nil || s.Hostname != tt.want {
+			t.Errorf("%v: hostname %q, want %q (%v)", tt.ns, s.Hostname, tt.want, err)
+		}
+	}
+}
+
+func TestUserNamespace(t *testing.T) {
+	m := func(c, h, l uint32) *runtimeapi.IDMapping {
+		return &runtimeapi.IDMapping{ContainerId: c, HostId: h, Length: l}
+	}
+	one := []*runtimeapi.IDMapping{m(0, 1000, 100000)}
+	tests := []struct {
+		name string
+		u    *runtimeapi.UserNamespace
+		path string
+		want bool
+		err  error
+	}{
+		{name: "nil"},
+		{name: "node", u: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_NODE}},
+		{name: "pod", u: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: one, Gids: one}, want: true},
+		{name: "pod joined", u: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: one, Gids: one}, path: "/run/ns/user", want: true},
+		{name: "two mappings", u: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: []*runtimeapi.IDMapping{m(0, 1000, 10), m(0, 2000, 10)}, Gids: one}, err: errdefs.ErrInvalid},
+		{name: "0 not mapped", u: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: one, Gids: []*runtimeapi.IDMapping{m(1, 1000, 10)}}, err: errdefs.ErrInvalid},
+		{name: "no mappings", u: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}, err: errdefs.ErrInvalid},
+		{name: "container mode", u: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_CONTAINER}, err: errdefs.ErrInvalid},
+		{name: "target mode", u: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_TARGET}, err: errdefs.ErrInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := apply(t, withUserNamespace(tt.u, tt.path))
+			if wantErr(t, err, tt.err) {
+				return
+			}
+			if !tt.want {
+				if s.Linux != nil {
+					t.Errorf("linux = %+v, want untouched", s.Linux)
+				}
+				return
+			}
+			if got := nsString(s); got["user"] != tt.path || len(got) != 1 {
+				t.Errorf("namespaces = %v", got)
+			}
+			want := []specs.LinuxIDMapping{{ContainerID: 0, HostID: 1000, Size: 100000}}
+			if !slices.Equal(s.Linux.UIDMappings, want) || !slices.Equal(s.Linux.GIDMappings, want) {
+				t.Errorf("mappings = %v / %v", s.Linux.UIDMappings, s.Linux.GIDMappings)
+			}
+		})
+	}
+}
+
+func TestSysctls(t *testing.T) {
+	own := []specs.LinuxNamespace{{Type: specs.NetworkNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace}}
+	tests := []struct {
+		name string
+		ns   []specs.LinuxNamespace
+		in   map[string]string
+		err  error
+	}{
+		{name: "none", ns: own},
+		{name: "namespaced", ns: own, in: map[string]string{"net.ipv4.ip_forward": "1", "kernel.shm_rmid_forced": "1", "fs.mqueue.msg_max": "20", "net/ipv4/ip_unprivileged_port_start": "0"}},
+		{name: "host network", ns: own[1:], in: map[string]string{"net.ipv4.ip_forward": "1"}, err: errdefs.ErrInvalid},
+		{name: "host ipc", ns: own[:1], in: map[string]string{"kernel.msgmax": "1"}, err: errdefs.ErrInvalid},
+		{name: "not namespaced", ns: own, in: map[string]string{"vm.overcommit_memory": "1"}, err: errdefs.ErrInvalid},
+		{name: "kernel.panic", ns: own, in: map[string]string{"kernel.panic": "1"}, err: errdefs.ErrInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &specs.Spec{Linux: &specs.Linux{Namespaces: tt.ns}}
+			err := withSysctls(tt.in)(s)
+			if wantErr(t, err, tt.err) {
+				return
+			}
+			if !maps.Equal(s.Linux.Sysctl, tt.in) {
+				t.Errorf("sysctl = %v", s.Linux.Sysctl)
+			}
+		})
+	}
+}
+
+func TestResources(t *testing.T) {
+	r := &runtimeapi.LinuxContainerResources{
+		CpuShares: 512, MemoryLimitInBytes: 1 << 30, CpuQuota: 50000, CpuPeriod: 100000, CpusetCpus: "0",
+		HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 1 << 21}},
+		Unified:        map[string]string{"memory.high": "1G"},
+	}
+	s, err := apply(t, withResources(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := s.Linux.Resources
+	if got.Memory != nil || got.CPU != nil || got.Pids != nil {
+		t.Errorf("systemd-owned limits leaked into the spec: %+v", got)
+	}
+	if len(got.HugepageLimits) != 1 || got.HugepageLimits[0].Pagesize != "2MB" || got.Unified["memory.high"] != "1G" {
+		t.Errorf("resources = %+v", got)
+	}
+	if s, _ := apply(t, withResources(&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 1})); s.Linux != nil {
+		t.Errorf("plain limits created linux.resources: %+v", s.Linux)
+	}
+	for _, bad := range []*runtimeapi.LinuxContainerResources{
+		{HugepageLimits: []*runtimeapi.HugepageLimit{{Limit: 1}}},
+		{Unified: map[string]string{"../memory.max": "1"}},
+	} {
+		if _, err := apply(t, withResources(bad)); !wantErr(t, err, errdefs.ErrInvalid) {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
