@@ -114,7 +114,7 @@ func TestResolveUserSymlinkEscape(t *testing.T) {
 		t.Fatal(err)
 	}
 	for target, want := range map[string]error{
-		"../../host/passwd":            errdefs.ErrInvalid, // climbs out: clamped at the rootfs
+		"../../host/passwd":           errdefs.ErrInvalid, // climbs out: clamped at the rootfs
 		filepath.Join(host, "passwd"): errdefs.ErrInvalid, // absolute: taken inside the rootfs
 	} {
 		os.Remove(filepath.Join(root, "etc/passwd"))
