@@ -1,0 +1,127 @@
+// Package container is podunit's container manager. A container is a
+// transient systemd service (podunit-ctr-<id>.service) in its pod's slice
+// whose main process is the container's init, started by an OCI runtime
+// from a bundle this package writes. systemd supervises it, applies its
+// limits, stops it and keeps its exit status (via the ExecStopPost
+// recorder), so there is no per-container monitor process and podunit can
+// restart at any time without touching running containers.
+package container
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/podunit/podunit/imagestore"
+	"github.com/podunit/podunit/oci"
+	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/unitprops"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// ImageStore is what the manager needs from imagestore.Store.
+type ImageStore interface {
+	Resolve(ctx context.Context, ref string) (*imagestore.ImageInfo, error)
+	CreateContainerRootfs(ctx context.Context, containerID, imageRef, name string) error
+	MountRootfs(ctx context.Context, containerID string) (string, error)
+	UnmountRootfs(ctx context.Context, containerID string) error
+	DeleteRootfs(ctx context.Context, containerID string) error
+}
+
+// Pod is what a container needs to know about its sandbox.
+type Pod struct {
+	ID     string
+	Config *runtimeapi.PodSandboxConfig
+	// Slice is the pod's slice unit name (not the path form).
+	Slice string
+	// Pinned namespace files; empty means host or private as the config says.
+	NetNSPath, IPCNSPath, UTSNSPath, PIDNSPath string
+	ResolvConfPath, HostsPath, HostnamePath  string
+	ShmPath                                  string
+	LogDirectory                             string
+	RuntimeHandler                           string
+}
+
+// Pods looks sandboxes up; sandbox.Manager behind an adapter.
+type Pods interface {
+	Pod(ctx context.Context, id string) (*Pod, error)
+}
+
+// ExecProcess is one process run in a container by the runtime.
+type ExecProcess struct {
+	Args   []string
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Runtime is the part of an OCI runtime (oci.Runtime) the manager uses.
+type Runtime interface {
+	Name() string
+	// RunArgv is the command line that creates and starts the container
+	// detached, writing its init's PID to pidFile and its own errors as
+	// JSON lines to logFile: the unit's ExecStart.
+	RunArgv(id, bundle, pidFile, logFile string) []string
+	// DeleteArgv is `delete --force id`, run by the ExecStopPost recorder.
+	DeleteArgv(id string) []string
+	// Exec runs p in the container and returns its exit code.
+	Exec(ctx context.Context, id string, p ExecProcess) (int, error)
+	// Delete removes the runtime's state of the container; idempotent.
+	Delete(ctx context.Context, id string, force bool) error
+}
+
+// Options configure the manager.
+type Options struct {
+	// StateDir holds one directory per container (record, exit status);
+	// it must survive podunit restarts.
+	StateDir string
+	// RunDir holds bundles and pid files.
+	RunDir string
+	// Self is the podunit binary the unit's ExecStart/ExecStopPost run as
+	// `Self _stdio` and `Self _exitrec`.
+	Self string
+	// DefaultHandler is used when the pod names no runtime handler.
+	DefaultHandler string
+	// Caps describes systemd and cgroups for the unit properties.
+	Caps unitprops.Caps
+	// Host facts for spec generation (capabilities, OOM score floor...).
+	Host oci.Host
+	// CgroupRoot is where cgroup hierarchies are mounted (OOM counters).
+	CgroupRoot string
+	// StartTimeout bounds the start job (runtime create + start).
+	StartTimeout time.Duration
+	// StopMargin is how long past a stop's own timeout the job may take.
+	StopMargin time.Duration
+	// ExecOutputMax caps ExecSync's stdout and stderr each.
+	ExecOutputMax int
+	Logger        *slog.Logger
+}
+
+// Deps are the manager's collaborators.
+type Deps struct {
+	Systemd  systemd.Conn
+	Images   ImageStore
+	Pods     Pods
+	Runtimes map[string]Runtime
+}
+
+func (o *Options) defaults() {
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 2 * time.Minute
+	}
+	if o.StopMargin <= 0 {
+		o.StopMargin = 15 * time.Second
+	}
+	if o.ExecOutputMax <= 0 {
+		o.ExecOutputMax = 16 << 20
+	}
+	if o.CgroupRoot == "" {
+		o.CgroupRoot = "/sys/fs/cgroup"
+	}
+	if o.DefaultHandler == "" {
+		o.DefaultHandler = "runc"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}

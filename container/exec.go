@@ -1,0 +1,163 @@
+package container
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/unitprops"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// capped keeps the first max bytes written and discards the rest, so a
+// chatty exec cannot grow podunit's memory; the writer never fails (the
+// process must not get EPIPE because we stopped listening).
+type capped struct {
+	buf bytes.Buffer
+	max int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.max - c.buf.Len(); room > 0 {
+		if len(p) > room {
+			c.buf.Write(p[:room])
+		} else {
+			c.buf.Write(p)
+		}
+	}
+	return len(p), nil
+}
+
+// ExecSync runs cmd in a running container and returns its output (each
+// stream capped at Options.ExecOutputMax) and exit code. A timeout (in
+// seconds, 0 = none) kills the process and returns ErrDeadline.
+func (m *Manager) ExecSync(ctx context.Context, id string, cmd []string, timeout int64) (stdout, stderr []byte, exitCode int32, err error) {
+	if len(cmd) == 0 {
+		return nil, nil, 0, fmt.Errorf("exec in container %s: empty command: %w", id, errdefs.ErrInvalid)
+	}
+	r, rt, err := m.running(ctx, id)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(timeout)*time.Second)
+		defer cancel()
+	}
+	o, e := &capped{max: m.opts.ExecOutputMax}, &capped{max: m.opts.ExecOutputMax}
+	code, err := rt.Exec(ctx, r.ID, ExecProcess{Args: cmd, Stdout: o, Stderr: e})
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return o.buf.Bytes(), e.buf.Bytes(), 0, fmt.Errorf("exec in container %s: command %q timed out after %ds: %w", id, cmd, timeout, errdefs.ErrDeadline)
+		}
+		return o.buf.Bytes(), e.buf.Bytes(), 0, fmt.Errorf("exec in container %s: %w", id, err)
+	}
+	return o.buf.Bytes(), e.buf.Bytes(), int32(code), nil
+}
+
+// running returns a container's record and runtime if it is running now.
+func (m *Manager) running(ctx context.Context, id string) (*record, Runtime, error) {
+	c, err := m.lookup(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	m.refreshLocked(ctx, c, "")
+	r := c.rec
+	c.mu.Unlock()
+	if r == nil {
+		return nil, nil, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
+	}
+	if r.State != StateRunning {
+		return nil, nil, fmt.Errorf("container %s is %s, not running: %w", id, r.State, errdefs.ErrPrecondition)
+	}
+	rt, err := m.runtime(r.Handler)
+	if err != nil {
+		return nil, nil, err
+	}
+	return r, rt, nil
+}
+
+// UpdateResources changes a container's limits. A running container's
+// unit gets them at once (systemd writes the cgroup files); the record
+// keeps them for ContainerStatus and for a container not started yet.
+// Fields left zero keep their current value.
+func (m *Manager) UpdateResources(ctx context.Context, id string, res *runtimeapi.LinuxContainerResources) error {
+	if res == nil {
+		return nil
+	}
+	c, err := m.lookup(id)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m.refreshLocked(ctx, c, "")
+	if c.rec == nil {
+		return fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
+	}
+	props, err := unitprops.ResourceProperties(res, m.opts.Caps)
+	if err != nil {
+		return fmt.Errorf("update container %s: %w", id, err)
+	}
+	if c.rec.State == StateRunning && len(props) > 0 {
+		if err := m.sd.SetUnitProperties(ctx, c.rec.Unit, props...); err != nil {
+			return fmt.Errorf("update container %s: %w", id, err)
+		}
+	}
+	r := c.rec.clone()
+	r.Resources = mergeResources(r.Resources, res)
+	if err := m.save(r); err != nil {
+		return fmt.Errorf("update container %s: %w", id, err)
+	}
+	c.rec = r
+	return nil
+}
+
+// mergeResources overlays the set fields of upd on cur.
+func mergeResources(cur, upd *runtimeapi.LinuxContainerResources) *runtimeapi.LinuxContainerResources {
+	n := &runtimeapi.LinuxContainerResources{}
+	if cur != nil {
+		n = &runtimeapi.LinuxContainerResources{
+			CpuPeriod: cur.CpuPeriod, CpuQuota: cur.CpuQuota, CpuShares: cur.CpuShares,
+			MemoryLimitInBytes: cur.MemoryLimitInBytes, OomScoreAdj: cur.OomScoreAdj,
+			CpusetCpus: cur.CpusetCpus, CpusetMems: cur.CpusetMems,
+			HugepageLimits: cur.HugepageLimits, Unified: cur.Unified,
+			MemorySwapLimitInBytes: cur.MemorySwapLimitInBytes,
+		}
+	}
+	if upd.CpuPeriod != 0 {
+		n.CpuPeriod = upd.CpuPeriod
+	}
+	if upd.CpuQuota != 0 {
+		n.CpuQuota = upd.CpuQuota
+	}
+	if upd.CpuShares != 0 {
+		n.CpuShares = upd.CpuShares
+	}
+	if upd.MemoryLimitInBytes != 0 {
+		n.MemoryLimitInBytes = upd.MemoryLimitInBytes
+	}
+	if upd.MemorySwapLimitInBytes != 0 {
+		n.MemorySwapLimitInBytes = upd.MemorySwapLimitInBytes
+	}
+	if upd.CpusetCpus != "" {
+		n.CpusetCpus = upd.CpusetCpus
+	}
+	if upd.CpusetMems != "" {
+		n.CpusetMems = upd.CpusetMems
+	}
+	if upd.OomScoreAdj != 0 {
+		n.OomScoreAdj = upd.OomScoreAdj
+	}
+	if len(upd.HugepageLimits) > 0 {
+		n.HugepageLimits = upd.HugepageLimits
+	}
+	if len(upd.Unified) > 0 {
+		n.Unified = upd.Unified
+	}
+	return n
+}

@@ -1,0 +1,279 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/exitrec"
+	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/unitprops"
+)
+
+// service describes r's unit; the pure builder turns it into properties.
+func (m *Manager) service(r *record, rt Runtime) unitprops.Service {
+	name := r.Metadata.GetName()
+	execStart := append([]string{m.opts.Self, "_stdio", "--unit", r.Unit, "--identifier", name, "--"},
+		rt.RunArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID))...)
+	stopPost := []string{m.opts.Self, "_exitrec", "--cgroup", systemd.SlicePath(r.Slice) + "/" + r.Unit,
+		"--cgroup-root", m.opts.CgroupRoot, m.stateDir(r.ID)}
+	if del := rt.DeleteArgv(r.ID); len(del) > 0 {
+		stopPost = append(append(stopPost, "--"), del...)
+	}
+	return unitprops.Service{
+		Unit:             r.Unit,
+		Slice:            r.Slice,
+		Description:      fmt.Sprintf("%s/%s/%s", r.PodNamespace, r.PodName, name),
+		PIDFile:          m.pidFile(r.ID),
+		ExecStart:        unitprops.Exec{Argv: execStart},
+		ExecStopPost:     unitprops.Exec{Argv: stopPost, IgnoreFailure: true},
+		KillSignal:       r.StopSignal,
+		SyslogIdentifier: name,
+		LogFields: []string{
+			"POD_NAMESPACE=" + r.PodNamespace,
+			"POD_NAME=" + r.PodName,
+			"POD_UID=" + r.PodUID,
+			"CONTAINER_NAME=" + name,
+			"CONTAINER_ID=" + r.ID,
+			fmt.Sprintf("CONTAINER_ATTEMPT=%d", r.Metadata.GetAttempt()),
+		},
+	}
+}
+
+// Start runs a created container as its systemd unit and waits until the
+// runtime has started its init. If the runtime fails (missing executable,
+// bad user) the error carries the runtime's message, the container is
+// EXITED with reason StartError and systemd collects the unit.
+func (m *Manager) Start(ctx context.Context, id string) error {
+	c, err := m.get(id)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rec == nil {
+		return fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
+	}
+	if c.rec.State != StateCreated {
+		return fmt.Errorf("start container %s: state is %s, not created: %w", id, c.rec.State, errdefs.ErrPrecondition)
+	}
+	rt, err := m.runtime(c.rec.Handler)
+	if err != nil {
+		return err
+	}
+	props, err := unitprops.Properties(m.service(c.rec, rt), c.rec.Resources, m.opts.Caps)
+	if err != nil {
+		return fmt.Errorf("start container %s: %w", id, err)
+	}
+	// A pid file or exit record left by an earlier attempt would be read
+	// as this run's.
+	for _, p := range []string{m.pidFile(id), m.exitFile(id)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("start container %s: %w", id, err)
+		}
+	}
+	// The rootfs stays mounted from create, but a reboot or an unmount by
+	// hand would leave runc an empty directory.
+	if _, err := m.imgs.MountRootfs(ctx, id); err != nil {
+		return fmt.Errorf("start container %s: rootfs: %w", id, err)
+	}
+	r := c.rec.clone()
+	r.State = StateRunning
+	r.StartedAt = time.Now().UnixNano()
+	if err := m.save(r); err != nil {
+		return fmt.Errorf("start container %s: %w", id, err)
+	}
+	c.rec = r
+	sctx, cancel := context.WithTimeout(ctx, m.opts.StartTimeout)
+	defer cancel()
+	startErr := m.sd.StartTransientUnit(sctx, r.Unit, props)
+	if startErr == nil {
+		return nil
+	}
+	// The unit failed or never started. Wait briefly for ExecStopPost's
+	// record (systemd runs it on a failed start too), then make sure no
+	// unit is left, whatever state it is in.
+	m.waitUnitGone(ctx, r.Unit, 5*time.Second)
+	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer ucancel()
+	_ = m.sd.StopUnit(uctx, r.Unit)
+	_ = m.sd.ResetFailedUnit(uctx, r.Unit)
+	_ = rt.Delete(uctx, id, true)
+	msg := m.runtimeError(id)
+	if msg == "" {
+		msg = startErr.Error()
+	}
+	r = r.clone()
+	r.State, r.FinishedAt, r.ExitCode = StateExited, time.Now().UnixNano(), 128
+	r.Reason, r.Message = ReasonStartError, msg
+	if err := m.save(r); err != nil {
+		m.opts.Logger.Warn("record failed start", "container", id, "err", err)
+	}
+	c.rec = r
+	return fmt.Errorf("start container %s: %s: %w", id, msg, errdefs.ErrPrecondition)
+}
+
+// runtimeError is the runtime's own error message for a failed start: the
+// last error line of the log the runtime writes next to the pid file.
+func (m *Manager) runtimeError(id string) string {
+	return lastRuntimeError(m.runtimeLog(id))
+}
+
+func (m *Manager) runtimeLog(id string) string { return m.runDir(id) + "/runtime.log" }
+
+func (m *Manager) exitFile(id string) string { return m.stateDir(id) + "/" + exitrec.FileName }
+
+// waitUnitGone polls until systemd has forgotten the unit or d passes.
+func (m *Manager) waitUnitGone(ctx context.Context, unit string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		_, err := m.sd.UnitProperties(ctx, unit, "Unit")
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stop stops a running container: its stop signal, then SIGKILL to the
+// whole unit after timeout seconds. Stopping a missing, created or exited
+// container succeeds.
+func (m *Manager) Stop(ctx context.Context, id string, timeout int64) error {
+	c, err := m.get(id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rec == nil || c.rec.State != StateRunning {
+		return nil
+	}
+	return m.stopLocked(ctx, c, timeout)
+}
+
+func (m *Manager) stopLocked(ctx context.Context, c *ctr, timeout int64) error {
+	r := c.rec
+	if timeout < 0 {
+		timeout = 0
+	}
+	d := time.Duration(timeout) * time.Second
+	err := m.sd.SetUnitProperties(ctx, r.Unit, unitprops.StopTimeout(d))
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		return fmt.Errorf("stop container %s: %w", r.ID, err)
+	}
+	if err == nil {
+		sctx, cancel := context.WithTimeout(ctx, d+m.opts.StopMargin)
+		defer cancel()
+		err = m.sd.StopUnit(sctx, r.Unit)
+		if errors.Is(err, errdefs.ErrDeadline) {
+			// The D-Bus layer bounds one job wait; systemd keeps stopping.
+			if m.waitUnitGone(sctx, r.Unit, d+m.opts.StopMargin) {
+				err = nil
+			}
+		}
+		if err != nil && !systemd.IsJobError(err) {
+			return fmt.Errorf("stop container %s: %w", r.ID, err)
+		}
+	}
+	m.refreshLocked(ctx, c, "")
+	if c.rec.State == StateRunning {
+		return fmt.Errorf("stop container %s: unit %s still active: %w", r.ID, r.Unit, errdefs.ErrDeadline)
+	}
+	return nil
+}
+
+// refreshLocked resolves a RUNNING record against systemd: once the unit
+// is gone (or inactive), the exit record written by ExecStopPost decides
+// the exit code and reason. active is the unit's ActiveState when the
+// caller already knows it ("" to ask systemd).
+func (m *Manager) refreshLocked(ctx context.Context, c *ctr, active string) {
+	r := c.rec
+	if r == nil || r.State != StateRunning {
+		return
+	}
+	var props map[string]any
+	state := ""
+	if active != "" {
+		state = active
+	} else {
+		p, err := m.sd.UnitProperties(ctx, r.Unit, "Service")
+		switch {
+		case errors.Is(err, errdefs.ErrNotFound):
+			state = "gone"
+		case err != nil:
+			return // systemd unreachable: keep what we know
+		default:
+			props = p
+			state, _ = p["ActiveState"].(string)
+		}
+	}
+	switch state {
+	case "active", "activating", "deactivating", "reloading":
+		return
+	}
+	rec, err := exitrec.Read(m.stateDir(r.ID))
+	if err != nil && props == nil && state != "gone" {
+		// Known inactive from a listing but no record yet: ask for details.
+		if p, perr := m.sd.UnitProperties(ctx, r.Unit, "Service"); perr == nil {
+			props = p
+		}
+	}
+	n := r.clone()
+	n.State = StateExited
+	switch {
+	case err == nil:
+		n.FinishedAt = rec.FinishedAt
+		n.ExitCode = rec.Status()
+		n.Reason = reason(n.ExitCode, rec.OOMKilled)
+	case props != nil:
+		n.FinishedAt = time.Now().UnixNano()
+		n.ExitCode, n.Reason = fromUnitProps(props)
+	default:
+		// Unit gone without a record: the recorder could not run (state
+		// dir unwritable, podunit binary replaced). Say so, not "0".
+		n.FinishedAt = time.Now().UnixNano()
+		n.ExitCode, n.Reason = 255, ReasonUnknown
+		n.Message = "container unit ended without an exit record"
+	}
+	if err := m.save(n); err != nil {
+		m.opts.Logger.Warn("record container exit", "container", r.ID, "err", err)
+	}
+	c.rec = n
+}
+
+func reason(code int32, oom bool) string {
+	switch {
+	case oom:
+		return ReasonOOMKilled
+	case code == 0:
+		return ReasonCompleted
+	default:
+		return ReasonError
+	}
+}
+
+// fromUnitProps reads the exit of a unit systemd still has loaded.
+func fromUnitProps(p map[string]any) (int32, string) {
+	code, _ := p["ExecMainCode"].(int32)
+	status, _ := p["ExecMainStatus"].(int32)
+	result, _ := p["Result"].(string)
+	var exit int32
+	switch code {
+	case 1: // CLD_EXITED
+		exit = status
+	case 2, 3: // CLD_KILLED, CLD_DUMPED
+		exit = 128 + status
+	default:
+		exit = 255
+	}
+	return exit, reason(exit, result == "oom-kill")
+}

@@ -1,0 +1,323 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/imagestore"
+	"github.com/podunit/podunit/statefile"
+	"github.com/podunit/podunit/systemd"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// ctr is one container in memory. mu serialises lifecycle operations on
+// it; rec is replaced (never mutated in place) under mu.
+type ctr struct {
+	podID string // immutable, readable under Manager.mu alone
+	mu    sync.Mutex
+	rec   *record
+}
+
+// Manager creates, runs and removes containers.
+type Manager struct {
+	opts Options
+	sd   systemd.Conn
+	imgs ImageStore
+	pods Pods
+	rts  map[string]Runtime
+
+	mu    sync.RWMutex
+	ctrs  map[string]*ctr
+	names map[string]string // reservation key -> container id
+}
+
+// New returns a manager; call Recover before serving requests.
+func New(opts Options, deps Deps) (*Manager, error) {
+	opts.defaults()
+	if opts.StateDir == "" || opts.RunDir == "" || opts.Self == "" {
+		return nil, fmt.Errorf("container manager: StateDir, RunDir and Self are required: %w", errdefs.ErrInvalid)
+	}
+	if deps.Systemd == nil || deps.Images == nil || deps.Pods == nil || len(deps.Runtimes) == 0 {
+		return nil, fmt.Errorf("container manager: missing dependency: %w", errdefs.ErrInvalid)
+	}
+	if _, ok := deps.Runtimes[opts.DefaultHandler]; !ok {
+		return nil, fmt.Errorf("container manager: default handler %q has no runtime: %w", opts.DefaultHandler, errdefs.ErrInvalid)
+	}
+	for _, d := range []string{opts.StateDir, opts.RunDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("container manager: %w", err)
+		}
+	}
+	return &Manager{
+		opts: opts, sd: deps.Systemd, imgs: deps.Images, pods: deps.Pods, rts: deps.Runtimes,
+		ctrs: map[string]*ctr{}, names: map[string]string{},
+	}, nil
+}
+
+// nameKey is what must be unique: the kubelet encodes pod, name and
+// attempt in the container name, and retries a create with the same ones.
+func nameKey(podID string, md *runtimeapi.ContainerMetadata) string {
+	return fmt.Sprintf("%s/%s/%d", podID, md.GetName(), md.GetAttempt())
+}
+
+func (m *Manager) reserve(key, id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if other, ok := m.names[key]; ok {
+		return fmt.Errorf("container name %q is reserved by %s: %w", key, other, errdefs.ErrExists)
+	}
+	m.names[key] = id
+	return nil
+}
+
+func (m *Manager) release(key, id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.names[key] == id {
+		delete(m.names, key)
+	}
+}
+
+func (m *Manager) get(id string) (*ctr, error) {
+	if id == "" {
+		return nil, fmt.Errorf("empty container id: %w", errdefs.ErrInvalid)
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	c, ok := m.ctrs[id]
+	if !ok {
+		return nil, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
+	}
+	return c, nil
+}
+
+func (m *Manager) runtime(handler string) (Runtime, error) {
+	if handler == "" {
+		handler = m.opts.DefaultHandler
+	}
+	rt, ok := m.rts[handler]
+	if !ok {
+		return nil, fmt.Errorf("runtime handler %q is not configured: %w", handler, errdefs.ErrNotFound)
+	}
+	return rt, nil
+}
+
+// logPath joins the pod's log directory and the container's relative log
+// path, refusing anything that would land outside the directory.
+func logPath(dir, rel string) (string, error) {
+	if rel == "" {
+		return "", nil
+	}
+	if dir == "" {
+		return "", fmt.Errorf("log_path %q without a pod log_directory: %w", rel, errdefs.ErrInvalid)
+	}
+	if filepath.IsAbs(rel) {
+		return "", fmt.Errorf("log_path %q must be relative to the pod log directory: %w", rel, errdefs.ErrInvalid)
+	}
+	for _, e := range strings.Split(rel, "/") {
+		if e == ".." {
+			return "", fmt.Errorf("log_path %q leaves the pod log directory: %w", rel, errdefs.ErrInvalid)
+		}
+	}
+	return filepath.Join(dir, rel), nil
+}
+
+func validateConfig(cfg *runtimeapi.ContainerConfig) error {
+	switch {
+	case cfg == nil:
+		return fmt.Errorf("container config: missing: %w", errdefs.ErrInvalid)
+	case cfg.GetMetadata() == nil || cfg.GetMetadata().GetName() == "":
+		return fmt.Errorf("container config: metadata.name: missing: %w", errdefs.ErrInvalid)
+	case cfg.GetImage().GetImage() == "":
+		return fmt.Errorf("container config: image: missing: %w", errdefs.ErrInvalid)
+	case cfg.GetTty() || cfg.GetStdin():
+		// Both need the runtime's console socket or a stdin fd that
+		// outlives podunit; neither is wired into the unit yet.
+		return fmt.Errorf("container config: tty and stdin are not supported: %w", errdefs.ErrUnimplemented)
+	}
+	for _, mnt := range cfg.GetMounts() {
+		if mnt.GetContainerPath() == "" || hasDotDot(mnt.GetContainerPath()) {
+			return fmt.Errorf("container config: mount container_path %q: %w", mnt.GetContainerPath(), errdefs.ErrInvalid)
+		}
+		if hasDotDot(mnt.GetHostPath()) {
+			return fmt.Errorf("container config: mount host_path %q: %w", mnt.GetHostPath(), errdefs.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+func hasDotDot(p string) bool {
+	for _, e := range strings.Split(p, "/") {
+		if e == ".." {
+			return true
+		}
+	}
+	return false
+}
+
+// Create makes a container in pod podID: its writable root filesystem, its
+// OCI bundle and its record. Nothing runs until Start.
+func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.ContainerConfig, sandboxCfg *runtimeapi.PodSandboxConfig) (_ string, retErr error) {
+	if err := validateConfig(cfg); err != nil {
+		return "", err
+	}
+	pod, err := m.pods.Pod(ctx, podID)
+	if err != nil {
+		return "", fmt.Errorf("create container %q: pod %s: %w", cfg.GetMetadata().GetName(), podID, err)
+	}
+	if sandboxCfg == nil {
+		sandboxCfg = pod.Config
+	}
+	lp, err := logPath(pod.LogDirectory, cfg.GetLogPath())
+	if err != nil {
+		return "", err
+	}
+	rt, err := m.runtime(pod.RuntimeHandler)
+	if err != nil {
+		return "", err
+	}
+	id := newID()
+	key := nameKey(podID, cfg.GetMetadata())
+	if err := m.reserve(key, id); err != nil {
+		return "", err
+	}
+	log := m.opts.Logger.With("container", id, "pod", podID, "name", cfg.GetMetadata().GetName())
+	var undo []func(context.Context) error
+	defer func() {
+		if retErr == nil {
+			return
+		}
+		// Fresh context: the caller's may be what just expired.
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		for i := len(undo) - 1; i >= 0; i-- {
+			if err := undo[i](uctx); err != nil {
+				log.Warn("rollback of failed create", "err", err)
+			}
+		}
+		m.release(key, id)
+	}()
+
+	img, err := m.imgs.Resolve(ctx, cfg.GetImage().GetImage())
+	if err != nil {
+		return "", fmt.Errorf("create container %q: image %q: %w", cfg.GetMetadata().GetName(), cfg.GetImage().GetImage(), err)
+	}
+	if err := os.MkdirAll(m.stateDir(id), 0o700); err != nil {
+		return "", fmt.Errorf("create container: %w", err)
+	}
+	undo = append(undo, func(context.Context) error { return os.RemoveAll(m.stateDir(id)) })
+	if err := m.imgs.CreateContainerRootfs(ctx, id, img.ID, ""); err != nil {
+		return "", fmt.Errorf("create container %q: rootfs: %w", cfg.GetMetadata().GetName(), err)
+	}
+	undo = append(undo, func(ctx context.Context) error { return m.imgs.DeleteRootfs(ctx, id) })
+	rootfs, err := m.imgs.MountRootfs(ctx, id)
+	if err != nil {
+		return "", fmt.Errorf("create container %q: mount rootfs: %w", cfg.GetMetadata().GetName(), err)
+	}
+	undo = append(undo, func(ctx context.Context) error { return m.imgs.UnmountRootfs(ctx, id) })
+	undo = append(undo, func(context.Context) error { return os.RemoveAll(m.runDir(id)) })
+
+	unit := unitName(id)
+	spec, user, err := m.buildSpec(specRequest{
+		id: id, cfg: cfg, sandboxCfg: sandboxCfg, pod: pod, img: img, rootfs: rootfs,
+		cgroupsPath: systemd.SlicePath(pod.Slice) + "/" + unit + "/container",
+	})
+	if err != nil {
+		return "", err
+	}
+	if err := statefile.Write(filepath.Join(m.bundleDir(id), "config.json"), spec); err != nil {
+		return "", fmt.Errorf("create container %q: bundle: %w", cfg.GetMetadata().GetName(), err)
+	}
+	sig, err := stopSignal(cfg.GetStopSignal(), img.Config.StopSignal)
+	if err != nil {
+		return "", err
+	}
+	md := sandboxCfg.GetMetadata()
+	r := &record{
+		ID: id, PodID: podID, Metadata: cfg.GetMetadata(), Config: cfg,
+		PodName: md.GetName(), PodNamespace: md.GetNamespace(), PodUID: md.GetUid(),
+		Unit: unit, Slice: pod.Slice, Handler: rt.Name(),
+		ImageID: img.ID, ImageRef: imageRef(img), ImageName: cfg.GetImage().GetImage(), RepoDigests: img.RepoDigests,
+		StopSignal: sig, User: user, LogPath: lp, Resources: cfg.GetLinux().GetResources(),
+		State: StateCreated, CreatedAt: time.Now().UnixNano(),
+	}
+	if err := m.save(r); err != nil {
+		return "", fmt.Errorf("create container: %w", err)
+	}
+	m.mu.Lock()
+	m.ctrs[id] = &ctr{podID: podID, rec: r}
+	m.mu.Unlock()
+	log.Debug("container created", "unit", unit)
+	return id, nil
+}
+
+// imageRef is what the kubelet compares against the pod spec's image: the
+// repo digest when there is one, the image ID otherwise.
+func imageRef(img *imagestore.ImageInfo) string {
+	if len(img.RepoDigests) > 0 {
+		return img.RepoDigests[0]
+	}
+	return "sha256:" + img.ID
+}
+
+// Remove stops a container if it runs and deletes everything it owns: unit,
+// runtime state, root filesystem, bundle and record. Removing a missing
+// container succeeds; a failed step leaves the record so a retry finishes.
+func (m *Manager) Remove(ctx context.Context, id string) error {
+	c, err := m.get(id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rec == nil {
+		return nil // removed while we waited for the lock
+	}
+	if c.rec.State == StateRunning {
+		if err := m.stopLocked(ctx, c, 0); err != nil {
+			return fmt.Errorf("remove container %s: %w", id, err)
+		}
+	}
+	r := c.rec
+	if err := m.sd.StopUnit(ctx, r.Unit); err != nil {
+		return fmt.Errorf("remove container %s: unit: %w", id, err)
+	}
+	if err := m.sd.ResetFailedUnit(ctx, r.Unit); err != nil {
+		return fmt.Errorf("remove container %s: unit: %w", id, err)
+	}
+	if rt, err := m.runtime(r.Handler); err == nil {
+		if err := rt.Delete(ctx, id, true); err != nil {
+			return fmt.Errorf("remove container %s: runtime state: %w", id, err)
+		}
+	}
+	if err := m.imgs.UnmountRootfs(ctx, id); err != nil {
+		return fmt.Errorf("remove container %s: %w", id, err)
+	}
+	if err := m.imgs.DeleteRootfs(ctx, id); err != nil {
+		return fmt.Errorf("remove container %s: %w", id, err)
+	}
+	if err := os.RemoveAll(m.runDir(id)); err != nil {
+		return fmt.Errorf("remove container %s: %w", id, err)
+	}
+	if err := os.RemoveAll(m.stateDir(id)); err != nil {
+		return fmt.Errorf("remove container %s: %w", id, err)
+	}
+	m.mu.Lock()
+	delete(m.ctrs, id)
+	if m.names[nameKey(r.PodID, r.Metadata)] == id {
+		delete(m.names, nameKey(r.PodID, r.Metadata))
+	}
+	m.mu.Unlock()
+	c.rec = nil
+	return nil
+}

@@ -1,0 +1,95 @@
+package container
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/imagestore"
+	"github.com/podunit/podunit/oci"
+	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+type specRequest struct {
+	id          string
+	cfg         *runtimeapi.ContainerConfig
+	sandboxCfg  *runtimeapi.PodSandboxConfig
+	pod         *Pod
+	img         *imagestore.ImageInfo
+	rootfs      string
+	cgroupsPath string
+}
+
+// buildSpec does the host lookups spec generation needs (users in the
+// image, devices, seccomp profile) and then the pure generation.
+func (m *Manager) buildSpec(r specRequest) (*specs.Spec, *oci.User, error) {
+	sc := r.cfg.GetLinux().GetSecurityContext()
+	user, err := oci.ResolveUser(r.rootfs, sc, r.img.Config.User)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create container %q: user: %w", r.cfg.GetMetadata().GetName(), err)
+	}
+	devs, err := oci.ResolveDevices(r.cfg.GetDevices())
+	if err != nil {
+		return nil, nil, fmt.Errorf("create container %q: devices: %w", r.cfg.GetMetadata().GetName(), err)
+	}
+	seccomp, err := oci.LoadSeccompLocalhost(sc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create container %q: %w", r.cfg.GetMetadata().GetName(), err)
+	}
+	ic := r.img.Config
+	spec, err := oci.GenerateSpec(oci.SpecInput{
+		ContainerID:   r.id,
+		Config:        r.cfg,
+		SandboxConfig: r.sandboxCfg,
+		Image: oci.ImageConfig{
+			Entrypoint: ic.Entrypoint, Cmd: ic.Cmd, Env: ic.Env,
+			WorkingDir: ic.WorkingDir, User: ic.User, StopSignal: ic.StopSignal,
+		},
+		RootfsPath: r.rootfs,
+		Namespaces: oci.PodNamespaces{
+			NetworkPath: r.pod.NetNSPath, IPCPath: r.pod.IPCNSPath,
+			UTSPath: r.pod.UTSNSPath, PIDPath: r.pod.PIDNSPath,
+		},
+		CgroupsPath: r.cgroupsPath,
+		PodFiles: oci.PodFiles{
+			ResolvConf: r.pod.ResolvConfPath, Hosts: r.pod.HostsPath, Hostname: r.pod.HostnamePath,
+		},
+		ShmPath:          r.pod.ShmPath,
+		ResolvedUser:     user,
+		Devices:          devs,
+		SeccompLocalhost: seccomp,
+		Host:             m.opts.Host,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("create container %q: spec: %w", r.cfg.GetMetadata().GetName(), err)
+	}
+	return spec, user, nil
+}
+
+// stopSignal picks the signal systemd sends on stop: the CRI config's
+// (ContainerStopSignals), else the image's StopSignal, else SIGTERM.
+func stopSignal(cri runtimeapi.Signal, image string) (int, error) {
+	if cri != runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT {
+		if n := unix.SignalNum(cri.String()); n != 0 {
+			return int(n), nil
+		}
+		return 0, fmt.Errorf("stop_signal %v: %w", cri, errdefs.ErrInvalid)
+	}
+	if image == "" {
+		return int(unix.SIGTERM), nil
+	}
+	if n, err := strconv.Atoi(image); err == nil && n > 0 && n < 65 {
+		return n, nil
+	}
+	name := strings.ToUpper(image)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	if n := unix.SignalNum(name); n != 0 {
+		return int(n), nil
+	}
+	return 0, fmt.Errorf("image StopSignal %q: %w", image, errdefs.ErrInvalid)
+}

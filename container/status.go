@@ -1,0 +1,224 @@
+package container
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/podunit/podunit/errdefs"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+var criState = map[State]runtimeapi.ContainerState{
+	StateCreated: runtimeapi.ContainerState_CONTAINER_CREATED,
+	StateRunning: runtimeapi.ContainerState_CONTAINER_RUNNING,
+	StateExited:  runtimeapi.ContainerState_CONTAINER_EXITED,
+}
+
+func (r *record) imageSpec() *runtimeapi.ImageSpec {
+	spec := &runtimeapi.ImageSpec{Image: r.ImageName}
+	if img := r.Config.GetImage(); img != nil {
+		spec.Annotations = img.GetAnnotations()
+		spec.UserSpecifiedImage = img.GetUserSpecifiedImage()
+		spec.RuntimeHandler = img.GetRuntimeHandler()
+	}
+	return spec
+}
+
+func (r *record) criStatus() *runtimeapi.ContainerStatus {
+	st := &runtimeapi.ContainerStatus{
+		Id:          r.ID,
+		Metadata:    r.Metadata,
+		State:       criState[r.State],
+		CreatedAt:   r.CreatedAt,
+		StartedAt:   r.StartedAt,
+		FinishedAt:  r.FinishedAt,
+		ExitCode:    r.ExitCode,
+		Image:       r.imageSpec(),
+		ImageRef:    r.ImageRef,
+		ImageId:     "sha256:" + r.ImageID,
+		Reason:      r.Reason,
+		Message:     r.Message,
+		Labels:      r.Config.GetLabels(),
+		Annotations: r.Config.GetAnnotations(),
+		Mounts:      r.Config.GetMounts(),
+		LogPath:     r.LogPath,
+		StopSignal:  r.Config.GetStopSignal(),
+	}
+	if r.Resources != nil {
+		st.Resources = &runtimeapi.ContainerResources{Linux: r.Resources}
+	}
+	if u := r.User; u != nil {
+		lu := &runtimeapi.LinuxContainerUser{Uid: int64(u.UID), Gid: int64(u.GID)}
+		for _, g := range u.AdditionalGids {
+			lu.SupplementalGroups = append(lu.SupplementalGroups, int64(g))
+		}
+		st.User = &runtimeapi.ContainerUser{Linux: lu}
+	}
+	return st
+}
+
+func (r *record) criContainer() *runtimeapi.Container {
+	return &runtimeapi.Container{
+		Id:           r.ID,
+		PodSandboxId: r.PodID,
+		Metadata:     r.Metadata,
+		Image:        r.imageSpec(),
+		ImageRef:     r.ImageRef,
+		ImageId:      "sha256:" + r.ImageID,
+		State:        criState[r.State],
+		CreatedAt:    r.CreatedAt,
+		Labels:       r.Config.GetLabels(),
+		Annotations:  r.Config.GetAnnotations(),
+	}
+}
+
+// Status reports a container, resolving a finished unit into EXITED with
+// its recorded exit code. verbose adds "info": unit, main PID, bundle and
+// OCI spec as JSON.
+func (m *Manager) Status(ctx context.Context, id string, verbose bool) (*runtimeapi.ContainerStatus, map[string]string, error) {
+	c, err := m.lookup(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	m.refreshLocked(ctx, c, "")
+	r := c.rec
+	c.mu.Unlock()
+	if r == nil {
+		return nil, nil, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
+	}
+	st := r.criStatus()
+	if !verbose {
+		return st, nil, nil
+	}
+	info := map[string]any{
+		"id": r.ID, "sandboxID": r.PodID, "unit": r.Unit, "slice": r.Slice,
+		"runtimeHandler": r.Handler, "bundle": m.bundleDir(r.ID), "state": r.State,
+	}
+	if r.State == StateRunning {
+		if p, err := m.sd.UnitProperties(ctx, r.Unit, "Service"); err == nil {
+			info["pid"] = p["MainPID"]
+			info["activeState"] = p["ActiveState"]
+			info["subState"] = p["SubState"]
+		}
+	}
+	if b, err := os.ReadFile(m.bundleDir(r.ID) + "/config.json"); err == nil {
+		info["runtimeSpec"] = json.RawMessage(b)
+	}
+	b, err := json.Marshal(info)
+	if err != nil {
+		return nil, nil, fmt.Errorf("container %s: verbose info: %w", id, err)
+	}
+	return st, map[string]string{"info": string(b)}, nil
+}
+
+// lookup accepts a full ID or a unique prefix of one, like crictl.
+func (m *Manager) lookup(id string) (*ctr, error) {
+	if c, err := m.get(id); err == nil || id == "" {
+		return c, err
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var found *ctr
+	for full, c := range m.ctrs {
+		if strings.HasPrefix(full, id) {
+			if found != nil {
+				return nil, fmt.Errorf("container id prefix %q is ambiguous: %w", id, errdefs.ErrInvalid)
+			}
+			found = c
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
+	}
+	return found, nil
+}
+
+// snapshot returns the current containers, refreshing running ones whose
+// unit is no longer active with one ListUnits call for all of them.
+func (m *Manager) snapshot(ctx context.Context) []*record {
+	m.mu.RLock()
+	cs := make([]*ctr, 0, len(m.ctrs))
+	for _, c := range m.ctrs {
+		cs = append(cs, c)
+	}
+	m.mu.RUnlock()
+	active := map[string]string{}
+	listed := false
+	if units, err := m.sd.ListUnits(ctx, UnitPrefix+"*.service"); err == nil {
+		listed = true
+		for _, u := range units {
+			active[u.Name] = u.ActiveState
+		}
+	}
+	out := make([]*record, 0, len(cs))
+	for _, c := range cs {
+		c.mu.Lock()
+		if r := c.rec; r != nil && r.State == StateRunning && listed {
+			switch active[r.Unit] {
+			case "active", "activating", "deactivating", "reloading":
+			default:
+				// Ask about this one unit: the listing may predate a
+				// concurrent start.
+				m.refreshLocked(ctx, c, "")
+			}
+		}
+		if c.rec != nil {
+			out = append(out, c.rec)
+		}
+		c.mu.Unlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt < out[j].CreatedAt })
+	return out
+}
+
+// List returns the containers matching f (nil matches all).
+func (m *Manager) List(ctx context.Context, f *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error) {
+	var out []*runtimeapi.Container
+	for _, r := range m.snapshot(ctx) {
+		if matches(r, f) {
+			out = append(out, r.criContainer())
+		}
+	}
+	return out, nil
+}
+
+func matches(r *record, f *runtimeapi.ContainerFilter) bool {
+	if f == nil {
+		return true
+	}
+	if f.GetId() != "" && !strings.HasPrefix(r.ID, f.GetId()) {
+		return false
+	}
+	if f.GetPodSandboxId() != "" && !strings.HasPrefix(r.PodID, f.GetPodSandboxId()) {
+		return false
+	}
+	if f.GetState() != nil && criState[r.State] != f.GetState().GetState() {
+		return false
+	}
+	labels := r.Config.GetLabels()
+	for k, v := range f.GetLabelSelector() {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// PodContainers returns the IDs of pod podID's containers.
+func (m *Manager) PodContainers(podID string) []string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var ids []string
+	for id, c := range m.ctrs {
+		if c.podID == podID {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
