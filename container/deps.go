@@ -37,10 +37,10 @@ type Pod struct {
 	Slice string
 	// Pinned namespace files; empty means host or private as the config says.
 	NetNSPath, IPCNSPath, UTSNSPath, PIDNSPath string
-	ResolvConfPath, HostsPath, HostnamePath  string
-	ShmPath                                  string
-	LogDirectory                             string
-	RuntimeHandler                           string
+	ResolvConfPath, HostsPath, HostnamePath    string
+	ShmPath                                    string
+	LogDirectory                               string
+	RuntimeHandler                             string
 }
 
 // Pods looks sandboxes up; sandbox.Manager behind an adapter.

@@ -35,8 +35,8 @@ const UnitPrefix = "podunit-ctr-"
 
 // record is a container as persisted in <StateDir>/<id>/state.json.
 type record struct {
-	ID       string                       `json:"id"`
-	PodID    string                       `json:"pod_id"`
+	ID       string                        `json:"id"`
+	PodID    string                        `json:"pod_id"`
 	Metadata *runtimeapi.ContainerMetadata `json:"metadata"`
 	Config   *runtimeapi.ContainerConfig   `json:"config"`
 	// Pod identity for journal fields and the unit description.
