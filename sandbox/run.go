@@ -1,0 +1,401 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/netns"
+	"github.com/podunit/podunit/network"
+	"github.com/podunit/podunit/podfiles"
+	"github.com/podunit/podunit/systemd"
+	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// plan is everything Run derives from the request before touching the host,
+// so that an invalid request changes nothing.
+type plan struct {
+	hostNet, hostIPC, sharedPID bool
+	sysctls                     map[podfiles.Namespace]map[string]string
+	resolv                      []byte
+	bandwidth                   *network.Bandwidth
+	ports                       []network.PortMapping
+	slice                       string
+	ownSlice                    bool
+	resources                   *runtimeapi.LinuxContainerResources
+}
+
+func (m *Manager) validate(cfg *runtimeapi.PodSandboxConfig, handler string) (*plan, error) {
+	md := cfg.GetMetadata()
+	if md == nil || md.GetName() == "" || md.GetNamespace() == "" {
+		return nil, fmt.Errorf("pod sandbox metadata needs name and namespace: %w", errdefs.ErrInvalid)
+	}
+	if handler != "" && !slices.Contains(m.opts.Handlers, handler) {
+		return nil, fmt.Errorf("runtime handler %q is not configured: %w", handler, errdefs.ErrInvalid)
+	}
+	nso := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	p := &plan{
+		hostNet:   nso.GetNetwork() == runtimeapi.NamespaceMode_NODE,
+		hostIPC:   nso.GetIpc() == runtimeapi.NamespaceMode_NODE,
+		sharedPID: nso.GetPid() == runtimeapi.NamespaceMode_POD,
+		resources: cfg.GetLinux().GetResources(),
+	}
+	if !p.hostNet && cfg.GetHostname() != "" {
+		if err := podfiles.ValidHostname(cfg.GetHostname()); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	if p.sysctls, err = podfiles.Classify(cfg.GetLinux().GetSysctls(), p.hostNet, p.hostIPC); err != nil {
+		return nil, err
+	}
+	if p.resolv, err = podfiles.ResolvConf(cfg.GetDnsConfig(), m.opts.HostResolvConf); err != nil {
+		return nil, err
+	}
+	if p.bandwidth, err = network.BandwidthFromAnnotations(cfg.GetAnnotations()); err != nil {
+		return nil, err
+	}
+	for _, pm := range cfg.GetPortMappings() {
+		if pm.GetContainerPort() <= 0 || pm.GetContainerPort() > 65535 || pm.GetHostPort() < 0 || pm.GetHostPort() > 65535 {
+			return nil, fmt.Errorf("port mapping %v: %w", pm, errdefs.ErrInvalid)
+		}
+		p.ports = append(p.ports, network.PortMapping{
+			HostPort:      pm.GetHostPort(),
+			ContainerPort: pm.GetContainerPort(),
+			Protocol:      strings.ToLower(pm.GetProtocol().String()),
+			HostIP:        pm.GetHostIp(),
+		})
+	}
+	if parent := cfg.GetLinux().GetCgroupParent(); parent != "" {
+		if p.slice, err = systemd.SliceName(parent); err != nil {
+			return nil, err
+		}
+	} else {
+		p.ownSlice = true
+	}
+	return p, nil
+}
+
+// Run creates a pod sandbox and returns its ID. On any failure everything
+// created so far is undone.
+func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string) (_ string, retErr error) {
+	p, err := m.validate(cfg, handler)
+	if err != nil {
+		return "", err
+	}
+	id := newID()
+	key := nameKey(cfg.GetMetadata())
+	m.mu.Lock()
+	if other, ok := m.names[key]; ok {
+		m.mu.Unlock()
+		return "", fmt.Errorf("pod sandbox name %q is reserved for %s: %w", key, other, errdefs.ErrExists)
+	}
+	m.names[key] = id
+	m.mu.Unlock()
+	log := m.log.With("pod", id, "name", cfg.GetMetadata().GetName(), "namespace", cfg.GetMetadata().GetNamespace())
+
+	sb := m.newSandbox(id, cfg, handler, p)
+	defer func() {
+		if retErr == nil {
+			return
+		}
+		cctx, cancel := m.cleanupContext()
+		defer cancel()
+		if err := m.teardown(cctx, sb); err != nil {
+			log.Error("rollback of failed pod sandbox left debris", "err", err)
+		}
+		m.mu.Lock()
+		delete(m.names, key)
+		m.mu.Unlock()
+	}()
+	// The record goes to disk before anything exists on the host, so a
+	// crash from here on leaves a "creating" record that Recover undoes.
+	if err := m.save(sb, phaseCreating); err != nil {
+		return "", err
+	}
+	if err := m.setupSlice(ctx, sb, p); err != nil {
+		return "", err
+	}
+	if err := m.setupNamespaces(sb, p); err != nil {
+		return "", err
+	}
+	if !p.hostNet {
+		req := m.netRequest(sb)
+		req.PortMappings, req.Bandwidth = p.ports, p.bandwidth
+		// Marked before ADD: a half-done ADD must be DELeted on rollback.
+		sb.NetworkUp = true
+		res, err := m.net.Setup(ctx, req)
+		if err != nil {
+			return "", fmt.Errorf("pod network: %w", err)
+		}
+		sb.IPs, sb.Network, sb.CNIResult = res.IPs, res.Network, res.Raw
+	}
+	if err := m.writePodFiles(sb, p); err != nil {
+		return "", err
+	}
+	if cfg.GetLogDirectory() != "" {
+		if err := os.MkdirAll(cfg.GetLogDirectory(), 0o755); err != nil {
+			return "", fmt.Errorf("pod log directory: %w", err)
+		}
+	}
+	if p.sharedPID {
+		if err := m.startInit(ctx, sb); err != nil {
+			return "", err
+		}
+	}
+	sb.State = StateReady
+	if err := m.save(sb, phaseCreated); err != nil {
+		return "", err
+	}
+	m.mu.Lock()
+	m.pods[id] = &entry{sb: sb}
+	m.mu.Unlock()
+	log.Info("pod sandbox ready", "slice", sb.Slice, "ips", sb.IPs)
+	return id, nil
+}
+
+// newSandbox fills in every path the sandbox will use, all derived from
+// its ID, so that teardown can find them whatever step failed.
+func (m *Manager) newSandbox(id string, cfg *runtimeapi.PodSandboxConfig, handler string, p *plan) *Sandbox {
+	dir := m.podDir(id)
+	sb := &Sandbox{
+		ID:             id,
+		Config:         cfg,
+		RuntimeHandler: handler,
+		CreatedAt:      time.Now(),
+		State:          StateNotReady,
+		Slice:          p.slice,
+		OwnSlice:       p.ownSlice,
+		ResolvConfPath: filepath.Join(dir, "resolv.conf"),
+		HostsPath:      filepath.Join(dir, "hosts"),
+		HostnamePath:   filepath.Join(dir, "hostname"),
+		LogDirectory:   cfg.GetLogDirectory(),
+	}
+	if p.ownSlice {
+		base := strings.TrimSuffix(m.opts.ParentSlice, ".slice")
+		if base == "-" {
+			base = "podunit"
+		}
+		sb.Slice = base + "-pod-" + id + ".slice"
+	}
+	sb.CgroupParent = systemd.SlicePath(sb.Slice)
+	if !p.hostNet {
+		sb.NetNSPath = m.pinPath("net", id)
+		sb.UTSNSPath = m.pinPath("uts", id)
+		sb.Hostname = cfg.GetHostname()
+	}
+	if !p.hostIPC {
+		sb.IPCNSPath = m.pinPath("ipc", id)
+		sb.ShmPath = filepath.Join(dir, "shm")
+	}
+	if p.sharedPID {
+		sb.PIDNSPath = m.pinPath("pid", id)
+		sb.InitUnit = strings.TrimSuffix(sb.Slice, ".slice") + "-init.service"
+		if !p.ownSlice {
+			sb.InitUnit = "podunit-pod-" + id + "-init.service"
+		}
+	}
+	return sb
+}
+
+func (m *Manager) setupSlice(ctx context.Context, sb *Sandbox, p *plan) error {
+	md := sb.Config.GetMetadata()
+	if sb.OwnSlice {
+		desc := fmt.Sprintf("podunit pod %s/%s", md.GetNamespace(), md.GetName())
+		if err := m.opts.Systemd.StartTransientUnit(ctx, sb.Slice, sliceProperties(desc, p.resources)); err != nil {
+			return fmt.Errorf("pod slice %s: %w", sb.Slice, err)
+		}
+		return nil
+	}
+	// The kubelet owns this slice; podunit only applies what the pod asked
+	// for (pod-level resources) and never removes it.
+	if props := resourceProperties(p.resources); len(props) > 0 {
+		if err := m.opts.Systemd.SetUnitProperties(ctx, sb.Slice, props...); err != nil {
+			return fmt.Errorf("pod slice %s resources: %w", sb.Slice, err)
+		}
+	}
+	return nil
+}
+
+func (m *Manager) nsPins(sb *Sandbox) map[netns.Kind]string {
+	pins := map[netns.Kind]string{}
+	if sb.NetNSPath != "" {
+		pins[netns.Net] = sb.NetNSPath
+	}
+	if sb.UTSNSPath != "" {
+		pins[netns.UTS] = sb.UTSNSPath
+	}
+	if sb.IPCNSPath != "" {
+		pins[netns.IPC] = sb.IPCNSPath
+	}
+	return pins
+}
+
+// setupNamespaces creates and pins the pod's namespaces, mounts its
+// /dev/shm and configures what lives inside them: loopback, hostname,
+// sysctls.
+func (m *Manager) setupNamespaces(sb *Sandbox, p *plan) error {
+	pins := m.nsPins(sb)
+	if err := netns.New(pins); err != nil {
+		return fmt.Errorf("pod namespaces: %w", err)
+	}
+	if sb.ShmPath != "" {
+		if err := os.MkdirAll(sb.ShmPath, 0o755); err != nil {
+			return fmt.Errorf("pod shm: %w", err)
+		}
+		opts := fmt.Sprintf("mode=1777,size=%d", m.opts.ShmSize)
+		if err := unix.Mount("shm", sb.ShmPath, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+			return fmt.Errorf("pod shm tmpfs: %w", err)
+		}
+	}
+	if len(pins) == 0 {
+		return nil
+	}
+	return netns.Do(pins, func() error {
+		if sb.NetNSPath != "" {
+			if err := network.LoopbackUp(); err != nil {
+				return err
+			}
+		}
+		if sb.UTSNSPath != "" && sb.Hostname != "" {
+			if err := unix.Sethostname([]byte(sb.Hostname)); err != nil {
+				return fmt.Errorf("pod hostname: %w", err)
+			}
+		}
+		for _, ns := range []podfiles.Namespace{podfiles.NetNS, podfiles.IPCNS, podfiles.UTSNS} {
+			if err := podfiles.Apply("/proc/sys", p.sysctls[ns]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func (m *Manager) netRequest(sb *Sandbox) *network.Request {
+	md := sb.Config.GetMetadata()
+	req := &network.Request{
+		PodID:      sb.ID,
+		Name:       md.GetName(),
+		Namespace:  md.GetNamespace(),
+		UID:        md.GetUid(),
+		CgroupPath: sb.CgroupParent,
+	}
+	if netns.IsPinned(sb.NetNSPath) {
+		req.NetNS = sb.NetNSPath
+	}
+	// DEL must see the same port mappings as ADD so portmap finds its
+	// rules; they are in the stored config.
+	for _, pm := range sb.Config.GetPortMappings() {
+		req.PortMappings = append(req.PortMappings, network.PortMapping{
+			HostPort: pm.GetHostPort(), ContainerPort: pm.GetContainerPort(),
+			Protocol: strings.ToLower(pm.GetProtocol().String()), HostIP: pm.GetHostIp(),
+		})
+	}
+	req.Bandwidth, _ = network.BandwidthFromAnnotations(sb.Config.GetAnnotations())
+	return req
+}
+
+func (m *Manager) writePodFiles(sb *Sandbox, p *plan) error {
+	dir := m.podDir(sb.ID)
+	hostname := sb.Hostname
+	var hosts []byte
+	if p.hostNet {
+		var err error
+		if hostname, err = os.Hostname(); err != nil {
+			return fmt.Errorf("node hostname: %w", err)
+		}
+		if hosts, err = os.ReadFile(m.opts.HostHosts); err != nil {
+			return fmt.Errorf("node hosts file: %w", err)
+		}
+	} else {
+		hosts = podfiles.Hosts(hostname, sb.IPs)
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{"resolv.conf", p.resolv}, {"hosts", hosts}, {"hostname", podfiles.Hostname(hostname)}} {
+		if _, err := podfiles.WriteFile(dir, f.name, f.data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// teardown removes everything a sandbox may own, in reverse order of
+// creation. Every step tolerates its object being absent, so it serves
+// rollback, Remove and crash recovery alike. Errors are collected, not
+// short-circuited: one stuck step must not leak the rest.
+func (m *Manager) teardown(ctx context.Context, sb *Sandbox) error {
+	var errs []error
+	if sb.InitUnit != "" {
+		if err := m.opts.Systemd.StopUnit(ctx, sb.InitUnit); err != nil {
+			errs = append(errs, fmt.Errorf("stop %s: %w", sb.InitUnit, err))
+		}
+	}
+	if sb.PIDNSPath != "" {
+		if err := netns.Unpin(sb.PIDNSPath); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if sb.NetNSPath != "" {
+		if err := m.net.Teardown(ctx, m.netRequest(sb)); err != nil {
+			if sb.NetworkUp {
+				errs = append(errs, err)
+			} else {
+				m.log.Warn("repeated CNI DEL failed", "pod", sb.ID, "err", err)
+			}
+		} else {
+			sb.NetworkUp = false
+		}
+	}
+	if len(errs) > 0 {
+		// Keep the netns until CNI has let go of it, so a retry can DEL
+		// with the namespace still there.
+		return errors.Join(errs...)
+	}
+	if sb.ShmPath != "" {
+		if err := unmountAll(sb.ShmPath); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, p := range m.nsPins(sb) {
+		if err := netns.Unpin(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		if err := os.RemoveAll(m.podDir(sb.ID)); err != nil {
+			errs = append(errs, fmt.Errorf("pod dir: %w", err))
+		}
+	}
+	if sb.OwnSlice {
+		if err := m.opts.Systemd.StopUnit(ctx, sb.Slice); err != nil {
+			errs = append(errs, fmt.Errorf("stop %s: %w", sb.Slice, err))
+		}
+	}
+	if len(errs) == 0 {
+		if err := removeState(m.statePath(sb.ID)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func unmountAll(p string) error {
+	for {
+		err := unix.Unmount(p, unix.MNT_DETACH)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("unmount %s: %w", p, err)
+		}
+	}
+}
