@@ -18,7 +18,7 @@ func TestPropertiesGolden(t *testing.T) {
 			CpuShares: 512, CpuQuota: 33333, CpuPeriod: 100000, MemoryLimitInBytes: 128 << 20,
 		})),
 		"slice-quota-default-period": renderProperties(resourceProperties(&runtimeapi.LinuxContainerResources{CpuQuota: 20000})),
-		"init": renderProperties(initProperties("init", "podunit-pod-x.slice", DefaultPodInit)),
+		"init":                       renderProperties(initProperties("init", "podunit-pod-x.slice", DefaultPodInit)),
 	}
 	for name, got := range cases {
 		p := filepath.Join("testdata", name+".golden")
