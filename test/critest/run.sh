@@ -56,6 +56,56 @@ case $PODUNIT_BINARY in "$REPO"/*) ;; *) die "PODUNIT_BINARY must lie inside $RE
 command -v critest >/dev/null || die "critest missing: run test/critest/install-tools.sh"
 command -v iptables >/dev/null || die "iptables missing: run test/critest/install-tools.sh"
 
+BASE="" D="" ENDPOINT=""
+cleanup_done=0
+cleanup() {
+	local rc=$? left=0
+	((cleanup_done)) && return
+	cleanup_done=1
+	if [[ -d $D/run/log/journal ]]; then
+		journalctl -D "$D/run/log/journal" --no-pager -o short-precise >"$CRITEST_OUT/podunit.journal" 2>&1 || true
+	fi
+	if [[ $KEEP == 1 ]]; then
+		log "KEEP=1: harness left running at $D (podunit on $ENDPOINT)"
+		log "tear down with: bash $HARNESS stop $D; then remove the $BRIDGE bridge, CNI-* chains, and FORWARD rules for $SUBNET"
+		return
+	fi
+	if [[ -z $BASE ]]; then   # died before the harness was set up
+		((registry_was_up)) || bash "$KIT_DIR/registry.sh" stop
+		exit "$rc"
+	fi
+	if [[ -e $D ]]; then
+		bash "$HARNESS" exec "$D" systemctl stop podunit.service >/dev/null 2>&1 || true
+		bash "$HARNESS" stop "$D" || left=1
+	fi
+	net_cleanup
+	((registry_was_up)) || bash "$KIT_DIR/registry.sh" stop || left=1
+	if ((left)) || grep -qF " $BASE/" /proc/self/mountinfo; then
+		log "ERROR: teardown incomplete: the harness left mounts or cgroups behind under $BASE, or the registry did not stop"
+		rc=1
+	else
+		rm -rf "$BASE"
+	fi
+	exit "$rc"
+}
+
+net_cleanup() {
+	local id
+	bash "$CNI_DIR/net-cleanup.sh" "$BASE"
+	# critest's HostIpc specs create SysV segments on the host and never remove them
+	if [[ -f $BASE/shm.before ]]; then
+		for id in $(ipcs -m | awk '$2 ~ /^[0-9]+$/ {print $2}'); do
+			grep -qx "$id" "$BASE/shm.before" || ipcrm -m "$id" || true
+		done
+	fi
+}
+
+
+# a registry this run starts is stopped again at the end (nothing of the run
+# may outlive it); one that was already up is left alone
+registry_was_up=0
+registry_up && registry_was_up=1
+trap cleanup EXIT INT TERM
 if [[ $SKIP_IMAGES != 1 ]]; then
 	bash "$KIT_DIR/images.sh" >"$CRITEST_OUT.images.log" 2>&1 ||
 		{ tail -n 30 "$CRITEST_OUT.images.log" >&2; die "images.sh failed (log: $CRITEST_OUT.images.log)"; }
@@ -75,45 +125,6 @@ ENDPOINT=unix://$SOCK
 mkdir -p "$BASE/lib" "$BASE/pods" "$BASE/etc"
 cat /proc/sys/net/ipv4/ip_forward >"$BASE/ip_forward.orig"
 ipcs -m | awk '$2 ~ /^[0-9]+$/ {print $2}' >"$BASE/shm.before"
-
-cleanup_done=0
-cleanup() {
-	local rc=$? left=0
-	((cleanup_done)) && return
-	cleanup_done=1
-	if [[ -d $D/run/log/journal ]]; then
-		journalctl -D "$D/run/log/journal" --no-pager -o short-precise >"$CRITEST_OUT/podunit.journal" 2>&1 || true
-	fi
-	if [[ $KEEP == 1 ]]; then
-		log "KEEP=1: harness left running at $D (podunit on $ENDPOINT)"
-		log "tear down with: bash $HARNESS stop $D; then remove the $BRIDGE bridge, CNI-* chains, and FORWARD rules for $SUBNET"
-		return
-	fi
-	if [[ -e $D ]]; then
-		bash "$HARNESS" exec "$D" systemctl stop podunit.service >/dev/null 2>&1 || true
-		bash "$HARNESS" stop "$D" || left=1
-	fi
-	net_cleanup
-	if ((left)) || grep -qF " $BASE/" /proc/self/mountinfo; then
-		log "ERROR: the harness left mounts or cgroups behind under $BASE"
-		rc=1
-	else
-		rm -rf "$BASE"
-	fi
-	exit "$rc"
-}
-trap cleanup EXIT INT TERM
-
-net_cleanup() {
-	local id
-	bash "$CNI_DIR/net-cleanup.sh" "$BASE"
-	# critest's HostIpc specs create SysV segments on the host and never remove them
-	if [[ -f $BASE/shm.before ]]; then
-		for id in $(ipcs -m | awk '$2 ~ /^[0-9]+$/ {print $2}'); do
-			grep -qx "$id" "$BASE/shm.before" || ipcrm -m "$id" || true
-		done
-	fi
-}
 
 # pods get no default route; this keeps anything else from leaving the subnet
 iptables -I FORWARD -s "$SUBNET" ! -d "$SUBNET" -m comment --comment podunit-critest -j DROP
