@@ -191,6 +191,10 @@ summary=$(awk -F'\t' '
 trc=0
 ( cleanup ) >"$CRITEST_OUT/teardown.log" 2>&1 || trc=$?
 if ((trc)); then cat "$CRITEST_OUT/teardown.log" >&2; log "ERROR: teardown failed"; fi
+if ((rrc)) && [[ ${CI:-} == true ]]; then   # CI keeps only the console
+	log "last 150 lines of podunit's journal ($CRITEST_OUT/podunit.journal):"
+	tail -n 150 "$CRITEST_OUT/podunit.journal" >&2 || true
+fi
 echo "$summary"
 if ((rrc || trc)); then exit 1; fi
 exit 0
