@@ -48,8 +48,8 @@ func (m *Manager) Stop(ctx context.Context, id string) error {
 }
 
 func (m *Manager) stopLocked(ctx context.Context, sb *Sandbox) error {
-	if m.opts.Containers != nil {
-		if err := m.opts.Containers.StopPodContainers(ctx, sb.ID); err != nil {
+	if c := m.containers(); c != nil {
+		if err := c.StopPodContainers(ctx, sb.ID); err != nil {
 			return fmt.Errorf("stop containers of pod %s: %w", sb.ID, err)
 		}
 	}
@@ -95,8 +95,8 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 			return err
 		}
 	}
-	if m.opts.Containers != nil {
-		if err := m.opts.Containers.RemovePodContainers(ctx, sb.ID); err != nil {
+	if c := m.containers(); c != nil {
+		if err := c.RemovePodContainers(ctx, sb.ID); err != nil {
 			return fmt.Errorf("remove containers of pod %s: %w", sb.ID, err)
 		}
 	}

@@ -200,6 +200,21 @@ func New(opts Options) (*Manager, error) {
 	return m, nil
 }
 
+// SetContainers wires the container manager in after construction: the
+// two managers need each other (containers look pods up, pods stop their
+// containers). Call it before serving.
+func (m *Manager) SetContainers(c Containers) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.opts.Containers = c
+}
+
+func (m *Manager) containers() Containers {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.opts.Containers
+}
+
 // NetworkReady reports whether pods can get a network (for Status).
 func (m *Manager) NetworkReady(ctx context.Context) error { return m.net.Ready(ctx) }
 
