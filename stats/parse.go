@@ -1,0 +1,194 @@
+package stats
+
+import (
+	"bufio"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/podunit/podunit/errdefs"
+)
+
+// The parsers below are pure functions over a cgroup or procfs file's
+// contents, so they are table-tested against files captured from real hosts
+// and fuzzed; everything that touches the filesystem lives elsewhere.
+
+// v1Unlimited is the smallest value a v1 limit file shows when no limit is
+// set: the kernel prints PAGE_COUNTER_MAX pages rounded to a page, which is
+// 9223372036854771712 on 4 KiB pages. Anything at or above it means "none".
+const v1Unlimited = uint64(1) << 62
+
+// ParseFlatKeyed parses "key value" lines (cpu.stat, memory.stat,
+// memory.events, memory.oom_control, cpuacct.stat). Values that are not
+// unsigned integers are an error: these files never contain them.
+func ParseFlatKeyed(s string) (map[string]uint64, error) {
+	out := make(map[string]uint64)
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(line, " ")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("flat-keyed line %q: %w", line, errdefs.ErrInvalid)
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("flat-keyed line %q: %w", line, errdefs.ErrInvalid)
+		}
+		out[k] = n
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("flat-keyed file: %v: %w", err, errdefs.ErrInvalid)
+	}
+	return out, nil
+}
+
+// ParseUint parses a single-value file (memory.current, cpuacct.usage).
+func ParseUint(s string) (uint64, error) {
+	n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("single-value file %q: %w", truncate(s), errdefs.ErrInvalid)
+	}
+	return n, nil
+}
+
+// ParseLimit parses a limit file of either version: v2's "max" and v1's
+// page-counter maximum both mean unlimited and return 0.
+func ParseLimit(s string) (uint64, error) {
+	t := strings.TrimSpace(s)
+	if t == "max" {
+		return 0, nil
+	}
+	n, err := ParseUint(t)
+	if err != nil {
+		return 0, err
+	}
+	if n >= v1Unlimited {
+		return 0, nil
+	}
+	return n, nil
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+// InterfaceStats is one line of /proc/net/dev.
+type InterfaceStats struct {
+	Name     string
+	RxBytes  uint64
+	RxErrors uint64
+	TxBytes  uint64
+	TxErrors uint64
+}
+
+// ParseNetDev parses /proc/net/dev: two header lines, then
+// "iface: rx_bytes rx_packets rx_errs ... (8 rx fields) tx_bytes tx_packets tx_errs ...".
+func ParseNetDev(s string) ([]InterfaceStats, error) {
+	var out []InterfaceStats
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		line := sc.Text()
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue // header lines have no colon
+		}
+		name = strings.TrimSpace(name)
+		f := strings.Fields(rest)
+		if name == "" || len(f) < 16 {
+			return nil, fmt.Errorf("net/dev line %q: %w", truncate(line), errdefs.ErrInvalid)
+		}
+		var n [16]uint64
+		for i := range n {
+			v, err := strconv.ParseUint(f[i], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("net/dev line %q: %w", truncate(line), errdefs.ErrInvalid)
+			}
+			n[i] = v
+		}
+		out = append(out, InterfaceStats{Name: name, RxBytes: n[0], RxErrors: n[2], TxBytes: n[8], TxErrors: n[10]})
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("net/dev: %v: %w", err, errdefs.ErrInvalid)
+	}
+	return out, nil
+}
+
+// ParseCgroupMounts reads /proc/self/mountinfo and returns the mount point
+// of every cgroup v1 controller (keyed by controller name, "name=systemd"
+// included) and the cgroup2 mount point, if any. A hierarchy that carries
+// several controllers ("cpu,cpuacct") is listed under each of them.
+func ParseCgroupMounts(s string) (v1 map[string]string, v2 string, err error) {
+	v1 = make(map[string]string)
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		sep := -1
+		for i, x := range f {
+			if x == "-" {
+				sep = i
+				break
+			}
+		}
+		if sep < 5 || len(f) < sep+4 {
+			if len(f) == 0 {
+				continue
+			}
+			return nil, "", fmt.Errorf("mountinfo line %q: %w", truncate(sc.Text()), errdefs.ErrInvalid)
+		}
+		mp, fstype := unescapeMount(f[4]), f[sep+1]
+		switch fstype {
+		case "cgroup2":
+			if v2 == "" {
+				v2 = mp
+			}
+		case "cgroup":
+			for _, o := range strings.Split(f[sep+3], ",") {
+				if o == "rw" || o == "ro" || strings.HasPrefix(o, "release_agent=") || o == "clone_children" || o == "noprefix" || o == "xattr" {
+					continue
+				}
+				if _, dup := v1[o]; !dup {
+					v1[o] = mp
+				}
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, "", fmt.Errorf("mountinfo: %v: %w", err, errdefs.ErrInvalid)
+	}
+	return v1, v2, nil
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// ParseSchedstat returns the first field of /proc/<pid>/task/<tid>/schedstat:
+// nanoseconds the task spent on a CPU.
+func ParseSchedstat(s string) (uint64, error) {
+	f := strings.Fields(s)
+	if len(f) < 1 {
+		return 0, fmt.Errorf("schedstat %q: %w", truncate(s), errdefs.ErrInvalid)
+	}
+	return ParseUint(f[0])
+}
