@@ -9,7 +9,6 @@ package container
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"time"
 
@@ -48,13 +47,6 @@ type Pods interface {
 	Pod(ctx context.Context, id string) (*Pod, error)
 }
 
-// ExecProcess is one process run in a container by the runtime.
-type ExecProcess struct {
-	Args   []string
-	Stdout io.Writer
-	Stderr io.Writer
-}
-
 // Runtime is the part of an OCI runtime (oci.Runtime) the manager uses.
 type Runtime interface {
 	Name() string
@@ -65,7 +57,7 @@ type Runtime interface {
 	// DeleteArgv is `delete --force id`, run by the ExecStopPost recorder.
 	DeleteArgv(id string) []string
 	// Exec runs p in the container and returns its exit code.
-	Exec(ctx context.Context, id string, p ExecProcess) (int, error)
+	Exec(ctx context.Context, id string, p oci.ExecProcess) (int, error)
 	// Delete removes the runtime's state of the container; idempotent.
 	Delete(ctx context.Context, id string, force bool) error
 }

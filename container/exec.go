@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/unitprops"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -47,10 +48,20 @@ func (m *Manager) ExecSync(ctx context.Context, id string, cmd []string, timeout
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(timeout)*time.Second)
 		defer cancel()
 	}
+	spec, err := oci.ReadBundle(m.bundleDir(r.ID))
+	if err != nil || spec.Process == nil {
+		return nil, nil, 0, fmt.Errorf("exec in container %s: bundle: %v: %w", id, err, errdefs.ErrNotFound)
+	}
+	// The exec'd process gets the container's identity, environment,
+	// capabilities and confinement: only the command differs.
+	proc := *spec.Process
+	proc.Args = cmd
+	proc.Terminal = false
+	proc.ConsoleSize = nil
 	o, e := &capped{max: m.opts.ExecOutputMax}, &capped{max: m.opts.ExecOutputMax}
-	code, err := rt.Exec(ctx, r.ID, ExecProcess{Args: cmd, Stdout: o, Stderr: e})
+	code, err := rt.Exec(ctx, r.ID, oci.ExecProcess{Process: proc, Stdout: o, Stderr: e})
 	if err != nil {
-		if ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		if errors.Is(err, errdefs.ErrDeadline) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return o.buf.Bytes(), e.buf.Bytes(), 0, fmt.Errorf("exec in container %s: command %q timed out after %ds: %w", id, cmd, timeout, errdefs.ErrDeadline)
 		}
 		return o.buf.Bytes(), e.buf.Bytes(), 0, fmt.Errorf("exec in container %s: %w", id, err)

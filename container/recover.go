@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,6 +63,12 @@ func (m *Manager) Recover(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 			_ = m.sd.ResetFailedUnit(ctx, u.Name)
+			// Its ExecStopPost just wrote an exit record nobody will read.
+			id := idOfUnit(u.Name)
+			if !strings.ContainsAny(id, "/.") && id != "" {
+				_ = os.RemoveAll(m.stateDir(id))
+				_ = os.RemoveAll(m.runDir(id))
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -73,7 +73,7 @@ func (m *Manager) buildSpec(r specRequest) (*specs.Spec, *oci.User, error) {
 // (ContainerStopSignals), else the image's StopSignal, else SIGTERM.
 func stopSignal(cri runtimeapi.Signal, image string) (int, error) {
 	if cri != runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT {
-		if n := unix.SignalNum(cri.String()); n != 0 {
+		if n := unix.SignalNum(strings.TrimPrefix(cri.String(), "SIGNAL_")); n != 0 {
 			return int(n), nil
 		}
 		return 0, fmt.Errorf("stop_signal %v: %w", cri, errdefs.ErrInvalid)

@@ -1,0 +1,204 @@
+package container
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/exitrec"
+	"github.com/podunit/podunit/imagestore"
+	"github.com/podunit/podunit/oci"
+	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/unitprops"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+type fakeImages struct {
+	mu      sync.Mutex
+	dir     string
+	rootfs  map[string]bool // id -> mounted
+	created map[string]bool
+}
+
+func (f *fakeImages) Resolve(ctx context.Context, ref string) (*imagestore.ImageInfo, error) {
+	if ref != "busybox" && ref != "sha256:aaaa" {
+		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+	}
+	return &imagestore.ImageInfo{
+		ID: "aaaa", RepoTags: []string{"docker.io/library/busybox:latest"},
+		RepoDigests: []string{"docker.io/library/busybox@sha256:bbbb"},
+		Config: imgspecv1.ImageConfig{Cmd: []string{"sh"}, Env: []string{"PATH=/bin"}, StopSignal: "SIGQUIT"},
+	}, nil
+}
+
+func (f *fakeImages) CreateContainerRootfs(ctx context.Context, id, imageRef, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	root := filepath.Join(f.dir, id)
+	if err := os.MkdirAll(filepath.Join(root, "etc"), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc", "passwd"), []byte("root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534::/:/bin/sh\n"), 0o644); err != nil {
+		return err
+	}
+	f.created[id] = true
+	return nil
+}
+
+func (f *fakeImages) MountRootfs(ctx context.Context, id string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.created[id] {
+		return "", fmt.Errorf("rootfs %s: %w", id, errdefs.ErrNotFound)
+	}
+	f.rootfs[id] = true
+	return filepath.Join(f.dir, id), nil
+}
+
+func (f *fakeImages) UnmountRootfs(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.rootfs, id)
+	return nil
+}
+
+func (f *fakeImages) DeleteRootfs(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.rootfs[id] {
+		return fmt.Errorf("rootfs %s still mounted: %w", id, errdefs.ErrPrecondition)
+	}
+	delete(f.created, id)
+	return os.RemoveAll(filepath.Join(f.dir, id))
+}
+
+type fakePods struct{ logDir string }
+
+func (p fakePods) Pod(ctx context.Context, id string) (*Pod, error) {
+	if id != "pod1" && id != "pod2" {
+		return nil, fmt.Errorf("pod %s: %w", id, errdefs.ErrNotFound)
+	}
+	return &Pod{ID: id, Config: sandboxConfig(id), Slice: "kubepods-besteffort-" + id + ".slice", LogDirectory: p.logDir}, nil
+}
+
+func sandboxConfig(id string) *runtimeapi.PodSandboxConfig {
+	return &runtimeapi.PodSandboxConfig{
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: "web-" + id, Namespace: "default", Uid: "uid-" + id},
+		Hostname: "web",
+	}
+}
+
+type fakeRuntime struct {
+	mu      sync.Mutex
+	deleted []string
+	exec    func(ctx context.Context, p oci.ExecProcess) (int, error)
+}
+
+func (r *fakeRuntime) Name() string { return "runc" }
+func (r *fakeRuntime) RunArgv(id, bundle, pidFile, logFile string) []string {
+	return []string{"/usr/sbin/runc", "--log", logFile, "--log-format", "json", "run", "--detach", "--pid-file", pidFile, "-b", bundle, id}
+}
+func (r *fakeRuntime) DeleteArgv(id string) []string {
+	return []string{"/usr/sbin/runc", "delete", "--force", id}
+}
+func (r *fakeRuntime) Exec(ctx context.Context, id string, p oci.ExecProcess) (int, error) {
+	return r.exec(ctx, p)
+}
+func (r *fakeRuntime) Delete(ctx context.Context, id string, force bool) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.deleted = append(r.deleted, id)
+	return nil
+}
+
+type env struct {
+	t      *testing.T
+	m      *Manager
+	sd     *systemd.Fake
+	imgs   *fakeImages
+	rt     *fakeRuntime
+	opts   Options
+	deps   Deps
+	logDir string
+}
+
+// newEnv builds a manager on fakes. The fake systemd plays ExecStopPost:
+// stopping a unit writes the exit record a SIGTERMed init leaves.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	dir := t.TempDir()
+	e := &env{t: t, sd: systemd.NewFake(), rt: &fakeRuntime{}, logDir: filepath.Join(dir, "logs")}
+	e.imgs = &fakeImages{dir: filepath.Join(dir, "storage"), rootfs: map[string]bool{}, created: map[string]bool{}}
+	e.opts = Options{
+		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"), Self: "/usr/bin/podunit",
+		Caps: unitprops.Caps{SystemdVersion: 252}, StopMargin: time.Second,
+	}
+	e.deps = Deps{Systemd: e.sd, Images: e.imgs, Pods: fakePods{logDir: e.logDir}, Runtimes: map[string]Runtime{"runc": e.rt}}
+	e.sd.StopFunc = func(u *systemd.FakeUnit) systemd.JobResult {
+		e.writeExit(idOfUnit(u.Name), &exitrec.Record{ServiceResult: "signal", ExitCode: "killed", ExitStatus: "TERM", FinishedAt: time.Now().UnixNano()})
+		return systemd.JobDone
+	}
+	e.m = e.newManager()
+	return e
+}
+
+func (e *env) newManager() *Manager {
+	m, err := New(e.opts, e.deps)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := m.Recover(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+	return m
+}
+
+func (e *env) writeExit(id string, r *exitrec.Record) {
+	if err := exitrec.Write(filepath.Join(e.opts.StateDir, id), r); err != nil {
+		e.t.Error(err)
+	}
+}
+
+// exit makes a running container's init end on its own.
+func (e *env) exit(id string, r *exitrec.Record) {
+	e.writeExit(id, r)
+	e.sd.Units[unitName(id)].ActiveState = "inactive"
+	delete(e.sd.Units, unitName(id))
+}
+
+func containerConfig(name string) *runtimeapi.ContainerConfig {
+	return &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: name, Attempt: 1},
+		Image:    &runtimeapi.ImageSpec{Image: "busybox"},
+		Command:  []string{"sleep", "inf"},
+		Labels:   map[string]string{"app": name},
+		LogPath:  name + "/1.log",
+		Linux: &runtimeapi.LinuxContainerConfig{
+			Resources: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 64 << 20, CpuShares: 512},
+		},
+	}
+}
+
+func (e *env) create(pod, name string) string {
+	e.t.Helper()
+	id, err := e.m.Create(context.Background(), pod, containerConfig(name), sandboxConfig(pod))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return id
+}
+
+func (e *env) status(id string) *runtimeapi.ContainerStatus {
+	e.t.Helper()
+	st, _, err := e.m.Status(context.Background(), id, false)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return st
+}

@@ -1,0 +1,433 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/exitrec"
+	"github.com/podunit/podunit/oci"
+	"github.com/podunit/podunit/systemd"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+var ctx = context.Background()
+
+func TestLifecycle(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("pod1", "app")
+	st := e.status(id)
+	if st.State != runtimeapi.ContainerState_CONTAINER_CREATED || st.CreatedAt == 0 || st.StartedAt != 0 {
+		t.Fatalf("after create: %v", st)
+	}
+	if st.LogPath != filepath.Join(e.logDir, "app/1.log") || st.ImageRef != "docker.io/library/busybox@sha256:bbbb" || st.ImageId != "sha256:aaaa" {
+		t.Errorf("status fields: log %q ref %q id %q", st.LogPath, st.ImageRef, st.ImageId)
+	}
+	if st.User.GetLinux().GetUid() != 0 {
+		t.Errorf("user %v", st.User)
+	}
+	spec, err := os.ReadFile(filepath.Join(e.opts.RunDir, id, "bundle", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCg := "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/podunit-ctr-" + id + ".service/container"
+	if !strings.Contains(string(spec), `"cgroupsPath":"`+wantCg+`"`) {
+		t.Errorf("spec cgroupsPath not inside the unit (want %s)", wantCg)
+	}
+
+	if err := e.m.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Start(ctx, id); !errors.Is(err, errdefs.ErrPrecondition) {
+		t.Errorf("second start: %v", err)
+	}
+	u := e.sd.Units[unitName(id)]
+	if u == nil {
+		t.Fatal("no unit")
+	}
+	for k, want := range map[string]any{
+		"Slice": "kubepods-besteffort-pod1.slice", "Type": "forking", "Delegate": true,
+		"Description": "default/web-pod1/app", "MemoryMax": uint64(64 << 20), "CPUShares": uint64(512),
+		"KillSignal": int32(3), "PIDFile": filepath.Join(e.opts.RunDir, id, "pid"), "CollectMode": "inactive-or-failed",
+	} {
+		if u.Props[k] != want {
+			t.Errorf("unit %s = %v (%T), want %v", k, u.Props[k], u.Props[k], want)
+		}
+	}
+	fields := u.Props["LogExtraFields"].([][]byte)
+	if len(fields) != 6 || string(fields[4]) != "CONTAINER_ID="+id || string(fields[5]) != "CONTAINER_ATTEMPT=1" {
+		t.Errorf("log fields %q", fields)
+	}
+	st = e.status(id)
+	if st.State != runtimeapi.ContainerState_CONTAINER_RUNNING || st.StartedAt < st.CreatedAt {
+		t.Fatalf("after start: %v", st)
+	}
+
+	if err := e.m.Stop(ctx, id, 10); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.sd.Calls; !contains(got, "set-property "+unitName(id)) || !contains(got, "stop "+unitName(id)) {
+		t.Errorf("calls %q", got)
+	}
+	st = e.status(id)
+	if st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != 143 || st.Reason != ReasonError || st.FinishedAt < st.StartedAt {
+		t.Fatalf("after stop: %v", st)
+	}
+	if err := e.m.Stop(ctx, id, 10); err != nil {
+		t.Errorf("stop of exited container: %v", err)
+	}
+
+	if err := e.m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Remove(ctx, id); err != nil {
+		t.Errorf("second remove: %v", err)
+	}
+	if _, _, err := e.m.Status(ctx, id, false); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("status after remove: %v", err)
+	}
+	e.assertClean()
+}
+
+func (e *env) assertClean() {
+	e.t.Helper()
+	for _, d := range []string{e.opts.StateDir, e.opts.RunDir, e.imgs.dir} {
+		if ents, _ := os.ReadDir(d); len(ents) != 0 {
+			e.t.Errorf("%s not empty: %v", d, ents)
+		}
+	}
+	if len(e.sd.Units) != 0 || len(e.imgs.rootfs) != 0 || len(e.imgs.created) != 0 {
+		e.t.Errorf("leaks: units %v mounts %v rootfs %v", e.sd.Units, e.imgs.rootfs, e.imgs.created)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestCreateValidation(t *testing.T) {
+	e := newEnv(t)
+	bad := map[string]func(c *runtimeapi.ContainerConfig){
+		"no metadata":     func(c *runtimeapi.ContainerConfig) { c.Metadata = nil },
+		"no image":        func(c *runtimeapi.ContainerConfig) { c.Image = nil },
+		"log path escape": func(c *runtimeapi.ContainerConfig) { c.LogPath = "../../etc/passwd" },
+		"log path abs":    func(c *runtimeapi.ContainerConfig) { c.LogPath = "/etc/passwd" },
+		"mount dotdot": func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/a/../../b", HostPath: "/tmp"}}
+		},
+	}
+	for name, mut := range bad {
+		cfg := containerConfig("x")
+		mut(cfg)
+		if _, err := e.m.Create(ctx, "pod1", cfg, sandboxConfig("pod1")); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	cfg := containerConfig("x")
+	cfg.Image.Image = "missing"
+	if _, err := e.m.Create(ctx, "pod1", cfg, sandboxConfig("pod1")); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("missing image: %v", err)
+	}
+	if _, err := e.m.Create(ctx, "nopod", containerConfig("x"), nil); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("missing pod: %v", err)
+	}
+	e.assertClean()
+	// The failed creates released the name.
+	e.create("pod1", "x")
+}
+
+func TestCreateRollsBackOnSpecError(t *testing.T) {
+	e := newEnv(t)
+	cfg := containerConfig("x")
+	cfg.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{RunAsUsername: "nosuchuser"}
+	if _, err := e.m.Create(ctx, "pod1", cfg, sandboxConfig("pod1")); err == nil {
+		t.Fatal("unknown user accepted")
+	}
+	e.assertClean()
+}
+
+func TestNameReservation(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("pod1", "app")
+	if _, err := e.m.Create(ctx, "pod1", containerConfig("app"), sandboxConfig("pod1")); !errors.Is(err, errdefs.ErrExists) {
+		t.Errorf("duplicate name: %v", err)
+	}
+	e.create("pod2", "app") // other pod: fine
+	cfg := containerConfig("app")
+	cfg.Metadata.Attempt = 2
+	if _, err := e.m.Create(ctx, "pod1", cfg, sandboxConfig("pod1")); err != nil {
+		t.Errorf("next attempt: %v", err)
+	}
+	if err := e.m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	e.create("pod1", "app")
+}
+
+func TestStartFailureReportsRuntimeMessage(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("pod1", "app")
+	e.sd.StartFunc = func(u *systemd.FakeUnit) systemd.JobResult {
+		// What runc leaves when the entrypoint does not exist; systemd
+		// then runs ExecStopPost and collects the failed unit.
+		os.WriteFile(filepath.Join(e.opts.RunDir, id, "runtime.log"),
+			[]byte(`{"level":"error","msg":"runc run failed: unable to start container process: exec: \"nope\": executable file not found in $PATH","time":"x"}`+"\n"), 0o600)
+		e.writeExit(id, &exitrec.Record{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1"})
+		delete(e.sd.Units, u.Name) // collected (CollectMode=inactive-or-failed)
+		return systemd.JobFailed
+	}
+	err := e.m.Start(ctx, id)
+	if err == nil || !strings.Contains(err.Error(), `exec: "nope": executable file not found`) {
+		t.Fatalf("start error %v", err)
+	}
+	if _, ok := e.sd.Units[unitName(id)]; ok {
+		t.Error("failed unit not collected")
+	}
+	st := e.status(id)
+	if st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.Reason != ReasonStartError || st.ExitCode != 128 || !strings.Contains(st.Message, "nope") {
+		t.Errorf("status %v", st)
+	}
+	if err := e.m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	e.assertClean()
+}
+
+func TestExitReasons(t *testing.T) {
+	e := newEnv(t)
+	cases := []struct {
+		rec    exitrec.Record
+		code   int32
+		reason string
+	}{
+		{exitrec.Record{ServiceResult: "success", ExitCode: "exited", ExitStatus: "0"}, 0, ReasonCompleted},
+		{exitrec.Record{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "7"}, 7, ReasonError},
+		{exitrec.Record{ServiceResult: "signal", ExitCode: "killed", ExitStatus: "KILL", OOMKilled: true}, 137, ReasonOOMKilled},
+	}
+	for i, c := range cases {
+		id := e.create("pod1", "c"+string(rune('a'+i)))
+		if err := e.m.Start(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		c.rec.FinishedAt = time.Now().UnixNano()
+		e.exit(id, &c.rec)
+		st := e.status(id)
+		if st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != c.code || st.Reason != c.reason || st.FinishedAt != c.rec.FinishedAt {
+			t.Errorf("case %d: %v", i, st)
+		}
+	}
+	// Unit gone, no record (recorder could not run): not reported as success.
+	id := e.create("pod1", "lost")
+	if err := e.m.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	delete(e.sd.Units, unitName(id))
+	if st := e.status(id); st.ExitCode != 255 || st.Reason != ReasonUnknown {
+		t.Errorf("lost exit: %v", st)
+	}
+}
+
+func TestRecover(t *testing.T) {
+	e := newEnv(t)
+	running := e.create("pod1", "running")
+	exited := e.create("pod1", "exited")
+	created := e.create("pod1", "created")
+	for _, id := range []string{running, exited} {
+		if err := e.m.Start(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// podunit goes down; one container exits meanwhile, a stray unit and
+	// a half-created container directory appear.
+	e.exit(exited, &exitrec.Record{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "3", FinishedAt: 42})
+	e.sd.Units[unitName("stray")] = &systemd.FakeUnit{Name: unitName("stray"), ActiveState: "active", Props: map[string]any{}}
+	os.MkdirAll(filepath.Join(e.opts.StateDir, "halfway"), 0o700)
+	callsBefore := len(e.sd.Calls)
+
+	m2 := e.newManager()
+	e.m = m2
+	for _, c := range e.sd.Calls[callsBefore:] {
+		if strings.HasPrefix(c, "start ") || c == "stop "+unitName(running) {
+			t.Errorf("recover touched a running container: %s", c)
+		}
+	}
+	if st := e.status(running); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Errorf("running: %v", st)
+	}
+	if st := e.status(exited); st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != 3 || st.FinishedAt != 42 {
+		t.Errorf("exited while down: %v", st)
+	}
+	if st := e.status(created); st.State != runtimeapi.ContainerState_CONTAINER_CREATED {
+		t.Errorf("created: %v", st)
+	}
+	if _, ok := e.sd.Units[unitName("stray")]; ok {
+		t.Error("stray unit not stopped")
+	}
+	if _, err := os.Stat(filepath.Join(e.opts.StateDir, "halfway")); !os.IsNotExist(err) {
+		t.Error("half-created container left")
+	}
+	if _, err := m2.Create(ctx, "pod1", containerConfig("running"), nil); !errors.Is(err, errdefs.ErrExists) {
+		t.Errorf("name reservation lost on recover: %v", err)
+	}
+	if err := m2.StopPodContainers(ctx, "pod1"); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.status(running); st.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+		t.Errorf("after StopPodContainers: %v", st)
+	}
+	if err := m2.RemovePodContainers(ctx, "pod1"); err != nil {
+		t.Fatal(err)
+	}
+	e.assertClean()
+}
+
+func TestUpdateResources(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("pod1", "app")
+	if err := e.m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{CpuQuota: 20000, CpuPeriod: 100000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	u := e.sd.Units[unitName(id)]
+	if u.Props["CPUQuotaPerSecUSec"] != uint64(200000) || u.Props["MemoryMax"] != uint64(64<<20) {
+		t.Errorf("update before start not applied at start: %v", u.Props)
+	}
+	if err := e.m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 32 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if u.Props["MemoryMax"] != uint64(32<<20) {
+		t.Errorf("MemoryMax not updated: %v", u.Props["MemoryMax"])
+	}
+	r := e.status(id).Resources.GetLinux()
+	if r.MemoryLimitInBytes != 32<<20 || r.CpuShares != 512 || r.CpuQuota != 20000 {
+		t.Errorf("status resources %v", r)
+	}
+	if err := e.m.UpdateResources(ctx, "nope", &runtimeapi.LinuxContainerResources{}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("missing: %v", err)
+	}
+}
+
+func TestExecSync(t *testing.T) {
+	e := newEnv(t)
+	e.opts.ExecOutputMax = 8
+	e.m = e.newManager()
+	id := e.create("pod1", "app")
+	e.rt.exec = func(ctx context.Context, p oci.ExecProcess) (int, error) {
+		if p.Process.Args[0] == "sleep" {
+			<-ctx.Done()
+			return -1, ctx.Err()
+		}
+		p.Stdout.Write([]byte("0123456789abcdef"))
+		p.Stderr.Write([]byte("err"))
+		return 3, nil
+	}
+	if _, _, _, err := e.m.ExecSync(ctx, id, []string{"true"}, 0); !errors.Is(err, errdefs.ErrPrecondition) {
+		t.Errorf("exec in created container: %v", err)
+	}
+	if err := e.m.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code, err := e.m.ExecSync(ctx, id, []string{"echo"}, 5)
+	if err != nil || string(out) != "01234567" || string(errOut) != "err" || code != 3 {
+		t.Errorf("exec: %q %q %d %v", out, errOut, code, err)
+	}
+	start := time.Now()
+	if _, _, _, err := e.m.ExecSync(ctx, id, []string{"sleep", "100"}, 1); !errors.Is(err, errdefs.ErrDeadline) {
+		t.Errorf("timeout: %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("timeout took %v", d)
+	}
+}
+
+func TestListFilters(t *testing.T) {
+	e := newEnv(t)
+	a := e.create("pod1", "a")
+	b := e.create("pod2", "b")
+	if err := e.m.Start(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	list := func(f *runtimeapi.ContainerFilter) []string {
+		cs, err := e.m.List(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, c := range cs {
+			ids = append(ids, c.Id)
+		}
+		return ids
+	}
+	check := func(name string, got []string, want ...string) {
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("%s: %v, want %v", name, got, want)
+		}
+	}
+	check("all", list(nil), a, b)
+	check("pod", list(&runtimeapi.ContainerFilter{PodSandboxId: "pod2"}), b)
+	check("id prefix", list(&runtimeapi.ContainerFilter{Id: a[:12]}), a)
+	check("state", list(&runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING}}), b)
+	check("labels", list(&runtimeapi.ContainerFilter{LabelSelector: map[string]string{"app": "a"}}), a)
+	e.exit(b, &exitrec.Record{ExitCode: "exited", ExitStatus: "0"})
+	check("exited via list", list(&runtimeapi.ContainerFilter{State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_EXITED}}), b)
+	if st, _, err := e.m.Status(ctx, a[:10], true); err != nil || st.Id != a {
+		t.Errorf("status by prefix: %v %v", st, err)
+	}
+}
+
+func TestVerboseStatus(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("pod1", "app")
+	_, info, err := e.m.Status(ctx, id, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(info["info"], `"unit":"podunit-ctr-`+id+`.service"`) || !strings.Contains(info["info"], `"runtimeSpec":{`) {
+		t.Errorf("info %s", info["info"])
+	}
+}
+
+func TestStopSignal(t *testing.T) {
+	for _, c := range []struct {
+		cri   runtimeapi.Signal
+		image string
+		want  int
+		ok    bool
+	}{
+		{runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT, "", 15, true},
+		{runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT, "SIGQUIT", 3, true},
+		{runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT, "int", 2, true},
+		{runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT, "9", 9, true},
+		{runtimeapi.Signal_SIGNAL_SIGUSR1, "SIGQUIT", 10, true},
+		{runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT, "SIGNOPE", 0, false},
+	} {
+		got, err := stopSignal(c.cri, c.image)
+		if got != c.want || (err == nil) != c.ok {
+			t.Errorf("stopSignal(%v, %q) = %d, %v", c.cri, c.image, got, err)
+		}
+	}
+}
+
+func TestLastRuntimeError(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "log")
+	os.WriteFile(p, []byte(`{"level":"warning","msg":"w"}`+"\n"+`{"level":"error","msg":"boom"}`+"\n"+`{"level":"info","msg":"i"}`+"\n"), 0o600)
+	if got := lastRuntimeError(p); got != "boom" {
+		t.Errorf("got %q", got)
+	}
+	os.WriteFile(p, []byte("plain failure\n\n"), 0o600)
+	if got := lastRuntimeError(p); got != "plain failure" {
+		t.Errorf("got %q", got)
+	}
+}
