@@ -1,0 +1,206 @@
+//go:build integration
+
+package imagestore
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/podunit/podunit/errdefs"
+)
+
+func runCmd(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return exec.CommandContext(ctx, name, args...).CombinedOutput()
+}
+
+// layerMounts lists the mounted layers of env's store: every mount under
+// it but the overlay driver's own private bind mount of its home.
+func layerMounts(t *testing.T, env *testEnv) []string {
+	var out []string
+	for _, m := range mountsUnder(t, env.dir) {
+		if m != filepath.Join(env.opts.Root, "overlay") {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func TestContainerRootfsLifecycle(t *testing.T) {
+	env := newTestEnv(t, nil)
+	s, ctx := env.store, context.Background()
+	if s.Driver() != "overlay" {
+		t.Fatalf("driver %q on a real directory; want overlay", s.Driver())
+	}
+	imageID, err := s.Pull(ctx, "docker.io/library/busybox:latest", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cid = "c0ffee0000000000000000000000000000000000000000000000000000000001"
+
+	if _, err := s.MountRootfs(ctx, cid); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("mounting an absent rootfs: %v", err)
+	}
+	if err := s.CreateContainerRootfs(ctx, cid, imageID, "k8s_test_pod"); err != nil {
+		t.Fatal(err)
+	}
+	// A retried create is a no-op; a name clash is ErrExists.
+	if err := s.CreateContainerRootfs(ctx, cid, imageID, "k8s_test_pod"); err != nil {
+		t.Fatalf("repeated create: %v", err)
+	}
+	if err := s.CreateContainerRootfs(ctx, "other", imageID, "k8s_test_pod"); !errors.Is(err, errdefs.ErrExists) {
+		t.Fatalf("duplicate name: %v", err)
+	}
+	if err := s.CreateContainerRootfs(ctx, "other2", "docker.io/library/nothere:1", ""); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("unknown image: %v", err)
+	}
+
+	path, err := s.MountRootfs(ctx, cid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(path, "bin", "busybox")); err != nil {
+		t.Fatalf("image content not in the rootfs: %v", err)
+	}
+	again, err := s.MountRootfs(ctx, cid)
+	if err != nil || again != path {
+		t.Fatalf("second mount: %q, %v", again, err)
+	}
+	if err := os.WriteFile(filepath.Join(path, "written"), make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bytes, inodes, err := s.RootfsUsage(ctx, cid)
+	if err != nil || bytes < 1<<20 || inodes == 0 {
+		t.Fatalf("usage %d bytes %d inodes, %v", bytes, inodes, err)
+	}
+
+	volPath, err := s.MountImageVolume(ctx, cid, "docker.io/library/busybox:latest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(volPath, "bin", "sh")); err != nil || volPath == path {
+		t.Fatalf("image volume at %q: %v", volPath, err)
+	}
+	if again, err := s.MountImageVolume(ctx, cid, imageID); err != nil || again != volPath {
+		t.Fatalf("second image-volume mount %q, %v", again, err)
+	}
+	if _, err := os.Stat(filepath.Join(volPath, "written")); err == nil {
+		t.Fatal("the container's writes show in the image volume")
+	}
+
+	// A restart (new Store on the same roots) finds the mounts, not doubles them.
+	mountsBefore := layerMounts(t, env)
+	if len(mountsBefore) != 2 {
+		t.Fatalf("mounts %q; want the rootfs and the image volume", mountsBefore)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	env.open(t)
+	s = env.store
+	afterRestart, err := s.MountRootfs(ctx, cid)
+	if err != nil || afterRestart != path {
+		t.Fatalf("mount after restart: %q, %v", afterRestart, err)
+	}
+	if again, err := s.MountImageVolume(ctx, cid, imageID); err != nil || again != volPath {
+		t.Fatalf("image volume after restart: %q, %v", again, err)
+	}
+	if m := layerMounts(t, env); len(m) != len(mountsBefore) {
+		t.Fatalf("mounts after restart %q; before %q", m, mountsBefore)
+	}
+	if _, err := os.Stat(filepath.Join(path, "written")); err != nil {
+		t.Fatalf("writes lost across restart: %v", err)
+	}
+
+	ids, err := s.ListRootfs(ctx)
+	if err != nil || !slices.Equal(ids, []string{cid}) {
+		t.Fatalf("ListRootfs = %q, %v", ids, err)
+	}
+	imageFs, containerFs, err := s.FsInfo(ctx)
+	if err != nil || imageFs[0].UsedBytes.Value == 0 || containerFs[0].UsedBytes.Value < 1<<20 ||
+		imageFs[0].InodesUsed.Value == 0 || imageFs[0].FsId.Mountpoint != env.opts.Root {
+		t.Fatalf("FsInfo = %v %v, %v", imageFs, containerFs, err)
+	}
+
+	if err := s.Remove(ctx, imageID); !errors.Is(err, errdefs.ErrPrecondition) {
+		t.Fatalf("removing an image in use: %v", err)
+	}
+
+	if err := s.UnmountRootfs(ctx, cid); err != nil {
+		t.Fatal(err)
+	}
+	if m := layerMounts(t, env); len(m) != 0 {
+		t.Fatalf("mounts left after unmount: %q", m)
+	}
+	if err := s.UnmountRootfs(ctx, cid); err != nil {
+		t.Fatalf("second unmount: %v", err)
+	}
+	// Mounting again after an unmount works (the container restarts).
+	if _, err := s.MountRootfs(ctx, cid); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteRootfs(ctx, cid); err != nil {
+		t.Fatal(err)
+	}
+	if m := layerMounts(t, env); len(m) != 0 {
+		t.Fatalf("mounts left after delete: %q", m)
+	}
+	if err := s.DeleteRootfs(ctx, cid); err != nil {
+		t.Fatalf("second delete: %v", err)
+	}
+	if ids, err := s.ListRootfs(ctx); err != nil || len(ids) != 0 {
+		t.Fatalf("ListRootfs after delete = %q, %v", ids, err)
+	}
+	if err := s.Remove(ctx, imageID); err != nil {
+		t.Fatalf("removing the image once unused: %v", err)
+	}
+	_, containerFs, err = s.FsInfo(ctx)
+	if err != nil || containerFs[0].UsedBytes.Value != 0 {
+		t.Fatalf("container fs after delete: %v, %v", containerFs, err)
+	}
+}
+
+func TestForeignContainersIgnored(t *testing.T) {
+	env := newTestEnv(t, nil)
+	s, ctx := env.store, context.Background()
+	imageID, err := s.Pull(ctx, "registry.k8s.io/pause:3.9", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A container podman (or anything else) made in a shared store.
+	if _, err := s.store.CreateContainer("", []string{"podman-made"}, imageID, "", `{"podman":true}`, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ids, err := s.ListRootfs(ctx); err != nil || len(ids) != 0 {
+		t.Fatalf("ListRootfs includes a foreign container: %q, %v", ids, err)
+	}
+}
+
+func TestVFSDriver(t *testing.T) {
+	env := newTestEnv(t, func(o *Options) { o.Driver = "vfs" })
+	s, ctx := env.store, context.Background()
+	if s.Driver() != "vfs" {
+		t.Fatalf("driver %q", s.Driver())
+	}
+	imageID, err := s.Pull(ctx, "registry.k8s.io/pause:3.9", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateContainerRootfs(ctx, "vfs1", imageID, ""); err != nil {
+		t.Fatal(err)
+	}
+	path, err := s.MountRootfs(ctx, "vfs1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(path, "pause")); err != nil {
+		t.Fatalf("rootfs content: %v", err)
+	}
+	if err := s.DeleteRootfs(ctx, "vfs1"); err != nil {
+		t.Fatal(err)
+	}
+}
