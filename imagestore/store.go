@@ -47,8 +47,9 @@ type Options struct {
 	RegistriesConf string
 	// PolicyPath is a containers-policy.json(5) signature policy.
 	PolicyPath string
-	// AuthFile is a containers-auth.json(5) file; empty uses the
-	// containers/image default lookup ($REGISTRY_AUTH_FILE, ...).
+	// AuthFile is a containers-auth.json(5) file with registry credentials.
+	// Empty means none: a daemon must not pick up whatever an admin left in
+	// root's ~/.docker or $XDG_RUNTIME_DIR, the containers/image default.
 	AuthFile string
 	// PullProgressTimeout cancels a pull that receives no data for this long.
 	PullProgressTimeout time.Duration
@@ -176,12 +177,22 @@ func (s *Store) systemContext() *types.SystemContext {
 		SystemRegistriesConfPath:    s.opts.RegistriesConf,
 		SystemRegistriesConfDirPath: s.opts.RegistriesConf + ".d",
 		SignaturePolicyPath:         s.opts.PolicyPath,
-		AuthFilePath:                s.opts.AuthFile,
+		AuthFilePath:                s.authFile(),
 		DockerRegistryUserAgent:     "podunit",
 		// Large blobs are staged under the store itself rather than in
 		// /var/tmp, which may be a different (smaller) filesystem.
 		BigFilesTemporaryDir: s.tmpDir(),
 	}
+}
+
+// authFile is Options.AuthFile, or when unset a path that never exists:
+// naming a file is the only way to switch off containers/image's search of
+// the home directory, and a missing file just means no credentials.
+func (s *Store) authFile() string {
+	if s.opts.AuthFile != "" {
+		return s.opts.AuthFile
+	}
+	return filepath.Join(s.opts.RunRoot, "podunit-no-auth-file", "auth.json")
 }
 
 // tmpDirName is podunit's staging directory inside Root.
