@@ -5,14 +5,51 @@ package imagestore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/podunit/podunit/errdefs"
 )
+
+// mountHelperEnv makes TestMain act as a restarted podunit (see mountHelper).
+const mountHelperEnv = "PODUNIT_IMAGESTORE_MOUNT_HELPER"
+
+func runMountHelper(env *testEnv, containerID, imageID string) ([]byte, error) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), mountHelperEnv+"="+strings.Join([]string{
+		env.opts.Root, env.opts.RunRoot, containerID, imageID}, "|"))
+	return cmd.CombinedOutput()
+}
+
+// mountHelper opens the store afresh and mounts a container's rootfs and
+// image volume, printing both paths.
+func mountHelper(spec string) error {
+	f := strings.Split(spec, "|")
+	if len(f) != 4 {
+		return fmt.Errorf("bad helper spec %q", spec)
+	}
+	ctx := context.Background()
+	s, err := New(ctx, Options{Root: f[0], RunRoot: f[1]})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	path, err := s.MountRootfs(ctx, f[2])
+	if err != nil {
+		return err
+	}
+	vol, err := s.MountImageVolume(ctx, f[2], f[3])
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s\n%s\n", path, vol)
+	return nil
+}
 
 func runCmd(ctx context.Context, name string, args ...string) ([]byte, error) {
 	return exec.CommandContext(ctx, name, args...).CombinedOutput()
@@ -92,25 +129,24 @@ func TestContainerRootfsLifecycle(t *testing.T) {
 		t.Fatal("the container's writes show in the image volume")
 	}
 
-	// A restart (new Store on the same roots) finds the mounts, not doubles them.
+	// A restart finds the mounts, not doubles them. storage caches stores
+	// per process, so the restarted podunit is a child process: the test
+	// binary re-run as mountHelper, twice.
 	mountsBefore := layerMounts(t, env)
 	if len(mountsBefore) != 2 {
 		t.Fatalf("mounts %q; want the rootfs and the image volume", mountsBefore)
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	env.open(t)
-	s = env.store
-	afterRestart, err := s.MountRootfs(ctx, cid)
-	if err != nil || afterRestart != path {
-		t.Fatalf("mount after restart: %q, %v", afterRestart, err)
-	}
-	if again, err := s.MountImageVolume(ctx, cid, imageID); err != nil || again != volPath {
-		t.Fatalf("image volume after restart: %q, %v", again, err)
-	}
-	if m := layerMounts(t, env); len(m) != len(mountsBefore) {
-		t.Fatalf("mounts after restart %q; before %q", m, mountsBefore)
+	for range 2 {
+		out, err := runMountHelper(env, cid, imageID)
+		if err != nil {
+			t.Fatalf("restarted podunit: %v\n%s", err, out)
+		}
+		if want := path + "\n" + volPath + "\n"; !strings.HasSuffix(string(out), want) {
+			t.Fatalf("restarted podunit mounted\n%s\nwant\n%s", out, want)
+		}
+		if m := layerMounts(t, env); !slices.Equal(m, mountsBefore) {
+			t.Fatalf("mounts after restart %q; before %q", m, mountsBefore)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(path, "written")); err != nil {
 		t.Fatalf("writes lost across restart: %v", err)
