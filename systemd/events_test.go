@@ -17,7 +17,7 @@ func TestUnitNameFromPath(t *testing.T) {
 		"/org/freedesktop/systemd1/unit/dbus_2eservice":                          "dbus.service",
 		"/org/freedesktop/systemd1/unit/podunit_2dabcdef0123456789_2eservice":    "podunit-abcdef0123456789.service",
 		"/org/freedesktop/systemd1/unit/kubepods_2dburstable_2dpod1_5f2_2eslice": "kubepods-burstable-pod1_2.slice",
-		"/org/freedesktop/systemd1/unit/user_401000_2eservice":                 "user@1000.service",
+		"/org/freedesktop/systemd1/unit/user_401000_2eservice":                   "user@1000.service",
 	} {
 		got, err := UnitNameFromPath(path)
 		if err != nil || got != want {
