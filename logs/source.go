@@ -116,12 +116,17 @@ func (s *journalStream) wait() error {
 	return s.waitErr
 }
 
-// maxBatch bounds a batch so the Manager commits at least that often under
-// a sustained flood.
-const maxBatch = 4096
+// A batch ends at maxBatch entries or maxBatchBytes of messages, whichever
+// comes first, so memory stays bounded (a journal entry can hold 48 KiB)
+// and the Manager gets control back often under a sustained flood.
+const (
+	maxBatch      = 4096
+	maxBatchBytes = 4 << 20
+)
 
 func (s *journalStream) Next() ([]Entry, error) {
 	var batch []Entry
+	size := 0
 	for {
 		f, err := s.dec.Next()
 		if err != nil {
@@ -140,7 +145,8 @@ func (s *journalStream) Next() ([]Entry, error) {
 			continue
 		}
 		batch = append(batch, e)
-		if len(batch) >= maxBatch || s.dec.Buffered() == 0 {
+		size += len(e.Message)
+		if len(batch) >= maxBatch || size >= maxBatchBytes || s.dec.Buffered() == 0 {
 			return batch, nil
 		}
 	}
