@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -198,7 +199,7 @@ func (s *Store) lookupParsed(lr localRef, ref string) (*storage.Image, error) {
 		}
 		repo := reference.TrimNamed(canonical).String()
 		for _, img := range images {
-			for _, name := range img.Names {
+			for _, name := range slices.Concat(img.Names, img.NamesHistory) {
 				if n, err := reference.ParseNormalizedNamed(name); err == nil && reference.TrimNamed(n).String() == repo {
 					return img, nil
 				}
@@ -220,6 +221,9 @@ func (s *Store) info(ctx context.Context, img *storage.Image) (*ImageInfo, *imag
 		return nil, nil, err
 	}
 	tags, digests := splitNames(img.Names, img.Digest)
+	if len(tags) == 0 && len(digests) == 0 {
+		digests = previousNameDigest(img)
+	}
 	info := &ImageInfo{
 		ID:             img.ID,
 		ManifestDigest: img.Digest.String(),
@@ -268,6 +272,22 @@ func (s *Store) config(ctx context.Context, id string) (*imageConfig, error) {
 	}
 	s.configs.Store(id, cfg)
 	return cfg, nil
+}
+
+// previousNameDigest names an image that lost its last tag (the tag moved
+// to a newer pull, or was removed) by its former repository and manifest
+// digest, as CRI-O does: the kubelet can then still show it, reference it
+// and garbage-collect it.
+func previousNameDigest(img *storage.Image) []string {
+	if img.Digest == "" {
+		return nil
+	}
+	for _, name := range img.NamesHistory {
+		if n, err := reference.ParseNormalizedNamed(name); err == nil {
+			return []string{reference.TrimNamed(n).String() + "@" + img.Digest.String()}
+		}
+	}
+	return nil
 }
 
 // parseImageUser splits an image's User ("uid", "name", "uid:gid",

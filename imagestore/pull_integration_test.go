@@ -172,6 +172,22 @@ func TestPullByDigestAndUsers(t *testing.T) {
 		t.Fatalf("digest-pulled status %v, %v", img, err)
 	}
 
+	// An image whose tag moved elsewhere keeps a name: its former
+	// repository at its digest (CRI-O's PreviousName rule).
+	if _, err := s.Pull(ctx, tagImage, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.store.SetNames(id, nil); err != nil {
+		t.Fatal(err)
+	}
+	img, _, err = s.Status(ctx, id)
+	if err != nil || len(img.RepoTags) != 0 || !reflect.DeepEqual(img.RepoDigests, []string{digestRef}) {
+		t.Fatalf("untagged image status %v, %v", img, err)
+	}
+	if byDigest, _, err := s.Status(ctx, digestRef); err != nil || byDigest.Id != id {
+		t.Fatalf("untagged image by its former digest: %v, %v", byDigest, err)
+	}
+
 	for _, tc := range []struct {
 		image string
 		uid   int64
