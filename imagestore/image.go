@@ -236,7 +236,8 @@ func (s *Store) info(ctx context.Context, img *storage.Image) (*ImageInfo, *imag
 		Architecture:   cfg.oci.Architecture,
 	}
 	info.UID, info.Username = parseImageUser(cfg.oci.Config.User)
-	for _, name := range img.Names {
+	// A pinned name may be a tag or a digest, so compare what is reported.
+	for _, name := range slices.Concat(tags, digests) {
 		if s.pinned[name] {
 			info.Pinned = true
 		}
