@@ -121,11 +121,11 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	if len(states) == 0 {
 		// nothing to catch up with: follow from now on
-		if start, err = m.src.Tail(ctx); err != nil {
-			return err
+		if start, err = m.src.Tail(ctx); err == nil {
+			startPos, err = ParseCursor(start)
 		}
-		if startPos, err = ParseCursor(start); err != nil {
-			return err
+		if err != nil {
+			return fmt.Errorf("journal position: %w", err)
 		}
 	}
 	m.cursor, m.pos = start, startPos
@@ -163,7 +163,12 @@ func (m *Manager) run() {
 		gen++
 		s, err := m.src.Follow(context.Background(), m.cursor)
 		if err != nil {
-			go func(g int) { batches <- batch{gen: g, err: err} }(gen)
+			go func(g int) {
+				select {
+				case batches <- batch{gen: g, err: err}:
+				case <-m.done:
+				}
+			}(gen)
 			return
 		}
 		stream = s
