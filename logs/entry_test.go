@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/podunit/podunit/errdefs"
 )
@@ -59,7 +60,7 @@ func export(entries ...[][2]string) []byte {
 	var b bytes.Buffer
 	for _, e := range entries {
 		for _, kv := range e {
-			if strings.ContainsAny(kv[1], "\n\x00\xff") {
+			if strings.ContainsAny(kv[1], "\n\x00") || !utf8.ValidString(kv[1]) {
 				b.WriteString(kv[0] + "\n")
 				var n [8]byte
 				binary.LittleEndian.PutUint64(n[:], uint64(len(kv[1])))
