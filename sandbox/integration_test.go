@@ -139,7 +139,7 @@ func pod(name string, ports ...*runtimeapi.PortMapping) *runtimeapi.PodSandboxCo
 		PortMappings: ports,
 		DnsConfig:    &runtimeapi.DNSConfig{Servers: []string{"10.96.0.10"}},
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
-			Sysctls: map[string]string{"net.ipv4.ping_group_range": "0 2147483647"},
+			Sysctls: map[string]string{"net.ipv4.ping_group_range": "0 2147483647", "kernel.shm_rmid_forced": "1"},
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
 				NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER},
 			},
@@ -297,7 +297,9 @@ func TestInsidePodsReachEachOtherAndHostPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := w.m.Run(ctx, pod("b"), "")
+	cb := pod("b")
+	cb.Annotations = map[string]string{"kubernetes.io/ingress-bandwidth": "10M", "kubernetes.io/egress-bandwidth": "20M"}
+	b, err := w.m.Run(ctx, cb, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,6 +311,25 @@ func TestInsidePodsReachEachOtherAndHostPort(t *testing.T) {
 	hosts, _ := os.ReadFile(sa.HostsPath)
 	if !strings.Contains(string(hosts), sa.IPs[0]+"\ta\n") {
 		t.Errorf("hosts file: %s", hosts)
+	}
+	pins := map[netns.Kind]string{netns.Net: sa.NetNSPath, netns.IPC: sa.IPCNSPath, netns.UTS: sa.UTSNSPath}
+	err = netns.Do(pins, func() error {
+		for f, want := range map[string]string{
+			"/proc/sys/kernel/shm_rmid_forced":    "1",
+			"/proc/sys/net/ipv4/ping_group_range": "0\t2147483647",
+			"/proc/sys/kernel/hostname":           "a",
+		} {
+			if b, _ := os.ReadFile(f); strings.TrimSpace(string(b)) != want {
+				t.Errorf("%s in pod = %q, want %q", f, b, want)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile("/proc/sys/kernel/shm_rmid_forced"); strings.TrimSpace(string(b)) == "1" {
+		t.Error("kernel.shm_rmid_forced leaked out of the pod")
 	}
 	listen(t, sa.NetNSPath, ":8080")
 	if got := ping(t, sb.NetNSPath, net.JoinHostPort(sa.IPs[0], "8080")); got != "pong ping\n" {
@@ -330,6 +351,26 @@ func TestInsidePodsReachEachOtherAndHostPort(t *testing.T) {
 	if c != nil {
 		c.Close()
 		t.Fatal("stopped pod still reachable")
+	}
+	ifbs := func() (n int) {
+		links, _ := os.ReadDir("/sys/class/net")
+		for _, l := range links {
+			if strings.HasPrefix(l.Name(), "bwp") {
+				n++
+			}
+		}
+		return n
+	}
+	// The bandwidth plugin shapes egress through an ifb device per pod,
+	// which must go with the pod.
+	if ifbs() != 1 {
+		t.Errorf("bandwidth annotation gave %d ifb devices, want 1", ifbs())
+	}
+	if err := w.m.Remove(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if ifbs() != 0 {
+		t.Error("bandwidth device left after remove")
 	}
 }
 

@@ -269,13 +269,35 @@ func (m *Manager) setupNamespaces(sb *Sandbox, p *plan) error {
 				return fmt.Errorf("pod hostname: %w", err)
 			}
 		}
-		for _, ns := range []podfiles.Namespace{podfiles.NetNS, podfiles.IPCNS, podfiles.UTSNS} {
-			if err := podfiles.Apply("/proc/sys", p.sysctls[ns]); err != nil {
-				return err
-			}
-		}
-		return nil
+		return applySysctls(p.sysctls)
 	})
+}
+
+// applySysctls writes the pod's sysctls from the throw-away thread of
+// netns.Do. The host's /proc/sys may be read-only (inside a container, or a
+// test harness), so the thread takes a private mount namespace, mounted
+// private so nothing propagates out, and a fresh procfs whose entries
+// resolve against the thread's pod namespaces. The thread dies afterwards
+// and the mount namespace with it.
+func applySysctls(byNS map[podfiles.Namespace]map[string]string) error {
+	if len(byNS) == 0 {
+		return nil
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("private mount namespace for sysctls: %w", err)
+	}
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount procfs for sysctls: %w", err)
+	}
+	for _, ns := range []podfiles.Namespace{podfiles.NetNS, podfiles.IPCNS, podfiles.UTSNS} {
+		if err := podfiles.Apply("/proc/sys", byNS[ns]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (m *Manager) netRequest(sb *Sandbox) *network.Request {
