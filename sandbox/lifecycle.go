@@ -43,7 +43,7 @@ func (m *Manager) Stop(ctx context.Context, id string) error {
 	if e == nil {
 		return nil
 	}
-	defer e.mu.Unlock()
+	defer e.release()
 	return m.stopLocked(ctx, e.sb)
 }
 
@@ -88,7 +88,7 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	if e == nil {
 		return nil
 	}
-	defer e.mu.Unlock()
+	defer e.release()
 	sb := e.sb
 	if sb.State == StateReady {
 		if err := m.stopLocked(ctx, sb); err != nil {
@@ -122,7 +122,7 @@ func (m *Manager) UpdateResources(ctx context.Context, id string, r *runtimeapi.
 	if e == nil {
 		return fmt.Errorf("pod sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
-	defer e.mu.Unlock()
+	defer e.release()
 	props := resourceProperties(r)
 	if len(props) == 0 {
 		return nil
@@ -236,7 +236,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 		}
 		m.mu.Lock()
-		m.pods[sb.ID] = &entry{sb: sb}
+		m.pods[sb.ID] = newEntry(sb)
 		m.names[nameKey(sb.Config.GetMetadata())] = sb.ID
 		m.mu.Unlock()
 	}

@@ -155,7 +155,7 @@ func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 		return "", err
 	}
 	m.mu.Lock()
-	m.pods[id] = &entry{sb: sb}
+	m.pods[id] = newEntry(sb)
 	m.mu.Unlock()
 	log.Info("pod sandbox ready", "slice", sb.Slice, "ips", sb.IPs)
 	return id, nil

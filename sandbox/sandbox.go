@@ -16,6 +16,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/podunit/podunit/errdefs"
@@ -159,6 +160,24 @@ type Manager struct {
 type entry struct {
 	mu sync.Mutex // serialises Stop/Remove/Update of one pod
 	sb *Sandbox
+	// snap is the last published state. Get and List read it without
+	// taking mu, so a lookup never waits behind a slow Stop (which calls
+	// the container manager, which may look the pod up).
+	snap atomic.Pointer[Sandbox]
+}
+
+func newEntry(sb *Sandbox) *entry {
+	e := &entry{sb: sb}
+	e.snap.Store(sb.clone())
+	return e
+}
+
+// release publishes the entry's state and unlocks it.
+func (e *entry) release() {
+	if e.sb != nil {
+		e.snap.Store(e.sb.clone())
+	}
+	e.mu.Unlock()
 }
 
 // New validates opts and returns a Manager; call Recover before serving.
@@ -226,9 +245,7 @@ func (m *Manager) Get(ctx context.Context, id string) (*Sandbox, error) {
 	if !ok {
 		return nil, fmt.Errorf("pod sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.sb.clone(), nil
+	return e.snap.Load().clone(), nil
 }
 
 // List returns copies of all sandboxes, oldest first.
@@ -241,9 +258,7 @@ func (m *Manager) List(ctx context.Context) []*Sandbox {
 	m.mu.Unlock()
 	out := make([]*Sandbox, 0, len(es))
 	for _, e := range es {
-		e.mu.Lock()
-		out = append(out, e.sb.clone())
-		e.mu.Unlock()
+		out = append(out, e.snap.Load().clone())
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {

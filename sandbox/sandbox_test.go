@@ -581,3 +581,45 @@ func TestUpdateResources(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// reentrantContainers looks the pod up from inside Stop/Remove, as the
+// container manager does when it needs the pod's paths.
+type reentrantContainers struct {
+	m   *Manager
+	got []State
+}
+
+func (r *reentrantContainers) StopPodContainers(ctx context.Context, id string) error {
+	sb, err := r.m.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	r.got = append(r.got, sb.State)
+	r.m.List(ctx)
+	return nil
+}
+
+func (r *reentrantContainers) RemovePodContainers(ctx context.Context, id string) error {
+	_, err := r.m.Get(ctx, id)
+	return err
+}
+
+func TestContainersMayLookUpPodDuringStop(t *testing.T) {
+	e := newEnv(t)
+	rc := &reentrantContainers{m: e.m}
+	e.m.SetContainers(rc)
+	ctx := context.Background()
+	id, err := e.m.Run(ctx, podConfig("r"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Stop(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if len(rc.got) != 1 || rc.got[0] != StateReady {
+		t.Fatalf("states seen by containers: %v", rc.got)
+	}
+}
