@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -418,5 +419,122 @@ func TestSharedWithSkopeo(t *testing.T) {
 	}
 	if img, _, err := env.store.Status(ctx, "registry.k8s.io/pause:skopeo"); err != nil || img.Size == 0 {
 		t.Fatalf("skopeo's image: %v, %v", img, err)
+	}
+}
+
+// TestPullDiskFull fills a small filesystem: the pull fails as
+// ErrResourceExhausted, lists no image and gives the space back.
+func TestPullDiskFull(t *testing.T) {
+	// A 12 MB tmpfs holds the store's metadata and pause, not nginx (two
+	// layers, ~6 MB compressed, more unpacked, staged before unpacking).
+	env := newTestEnv(t, func(o *Options) {
+		if err := os.MkdirAll(o.Root, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", o.Root, "tmpfs", 0, "size=12m"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(o.Root, unix.MNT_DETACH) })
+	})
+	s, ctx, root := env.store, context.Background(), env.opts.Root
+	if fs := mountFsType(t, root); fs != "tmpfs" {
+		t.Fatalf("store root on %q", fs)
+	}
+
+	if _, err := s.Pull(ctx, "registry.k8s.io/pause:3.9", nil); err != nil {
+		t.Fatal(err)
+	}
+	before := freeBytes(t, root)
+	layersBefore, err := s.store.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Pull(ctx, "docker.io/library/nginx:latest", nil)
+	if !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Fatalf("pull onto a full disk: %v", err)
+	}
+	t.Logf("pull onto a full disk: %v", err)
+	if _, _, err := s.Status(ctx, "docker.io/library/nginx:latest"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("half-pulled image visible: %v", err)
+	}
+	if list, _ := s.List(ctx, nil); len(list) != 1 {
+		t.Fatalf("images after the failed pull: %v", list)
+	}
+	if layers, err := s.store.Layers(); err != nil || len(layers) != len(layersBefore) {
+		t.Fatalf("layers after the failed pull: %d, %v; before %d", len(layers), err, len(layersBefore))
+	}
+	// Allow for metadata the store keeps (layer and image JSON).
+	if after := freeBytes(t, root); after < before-256*1024 {
+		t.Fatalf("free space %d after the failed pull; %d before", after, before)
+	}
+}
+
+func freeBytes(t *testing.T, path string) int64 {
+	t.Helper()
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return int64(st.Bavail) * st.Bsize
+}
+
+func mountFsType(t *testing.T, path string) string {
+	t.Helper()
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Type == unix.TMPFS_MAGIC {
+		return "tmpfs"
+	}
+	return fmt.Sprintf("%#x", st.Type)
+}
+
+// TestDropOrphanLayers: after a disk-full failure, layers the failed pull
+// created and nothing uses go; older and used layers stay.
+func TestDropOrphanLayers(t *testing.T) {
+	env := newTestEnv(t, nil)
+	s, ctx := env.store, context.Background()
+	id, err := s.Pull(ctx, "docker.io/library/nginx:latest", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := s.store.CreateLayer("", "", nil, "", false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.layerIDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A chain the "failed pull" left: parent and child, both unused.
+	parent, err := s.store.CreateLayer("", "", nil, "", false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, err := s.store.CreateLayer("", parent.ID, nil, "", false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A layer another pull finished meanwhile: used by its image.
+	img, err := s.store.Image(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(before, img.TopLayer)
+
+	s.dropOrphanLayers(ctx, before)
+	for _, gone := range []string{parent.ID, child.ID} {
+		if _, err := s.store.Layer(gone); err == nil {
+			t.Errorf("orphan layer %s kept", gone)
+		}
+	}
+	for _, kept := range []string{old.ID, img.TopLayer} {
+		if _, err := s.store.Layer(kept); err != nil {
+			t.Errorf("layer %s removed: %v", kept, err)
+		}
+	}
+	if _, _, err := s.Status(ctx, id); err != nil {
+		t.Fatal(err)
 	}
 }
