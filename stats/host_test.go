@@ -108,4 +108,36 @@ func TestHostV1Live(t *testing.T) {
 	if ok, err := r.OOMKilled(path); ok || err != nil {
 		t.Fatalf("OOMKilled = %v, %v", ok, err)
 	}
+	x, err := r.ReadExtended("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Processes != 1 || x.Threads < 2 || x.FileDescriptors < 3 || x.CPUUserNanos+x.CPUSystemNanos < 9e8 {
+		t.Fatalf("extended = %+v", x)
+	}
+}
+
+func TestReadExtendedFixtures(t *testing.T) {
+	r := layoutV2(t, "v2/running", "/system.slice/fx-run.service")
+	x, err := r.ReadExtended("", "/system.slice/fx-run.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.CPUUserNanos != 6391824000 || x.CPUSystemNanos != 322819000 || x.MemoryCache != 20049920 ||
+		x.MemoryKernel != 126976 || x.PgFaultHierarchy != 171 || x.ThreadsMax != 40 {
+		t.Fatalf("v2 extended = %+v", x)
+	}
+	const unit = "/p.slice/c.service"
+	r1 := layoutV1(t, "v1/running", unit)
+	if err := os.WriteFile(filepath.Join(r1.v1["cpuacct"], unit, "cpuacct.stat"), []byte(fixture(t, "v1/running/cpuacct.stat")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	x, err = r1.ReadExtended("", unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.CPUUserNanos != 940_000_000 || x.CPUSystemNanos != 60_000_000 || x.MemoryCache != 1003520 ||
+		x.PgFaultHierarchy != 15009 || x.PgFaultContainer != 0 || x.ThreadsMax != 50 {
+		t.Fatalf("v1 extended = %+v", x)
+	}
 }

@@ -80,11 +80,9 @@ func truncate(s string) string {
 
 // InterfaceStats is one line of /proc/net/dev.
 type InterfaceStats struct {
-	Name     string
-	RxBytes  uint64
-	RxErrors uint64
-	TxBytes  uint64
-	TxErrors uint64
+	Name                                    string
+	RxBytes, RxPackets, RxErrors, RxDropped uint64
+	TxBytes, TxPackets, TxErrors, TxDropped uint64
 }
 
 // ParseNetDev parses /proc/net/dev: two header lines, then
@@ -111,7 +109,11 @@ func ParseNetDev(s string) ([]InterfaceStats, error) {
 			}
 			n[i] = v
 		}
-		out = append(out, InterfaceStats{Name: name, RxBytes: n[0], RxErrors: n[2], TxBytes: n[8], TxErrors: n[10]})
+		out = append(out, InterfaceStats{
+			Name:    name,
+			RxBytes: n[0], RxPackets: n[1], RxErrors: n[2], RxDropped: n[3],
+			TxBytes: n[8], TxPackets: n[9], TxErrors: n[10], TxDropped: n[11],
+		})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("net/dev: %v: %w", err, errdefs.ErrInvalid)
@@ -191,4 +193,48 @@ func ParseSchedstat(s string) (uint64, error) {
 		return 0, fmt.Errorf("schedstat %q: %w", truncate(s), errdefs.ErrInvalid)
 	}
 	return ParseUint(f[0])
+}
+
+// ParseCPUMax parses v2 cpu.max ("max 100000" or "20000 100000"): quota is
+// -1 when unlimited.
+func ParseCPUMax(s string) (quotaUsec int64, periodUsec uint64, err error) {
+	f := strings.Fields(s)
+	if len(f) != 2 {
+		return 0, 0, fmt.Errorf("cpu.max %q: %w", truncate(s), errdefs.ErrInvalid)
+	}
+	periodUsec, err = ParseUint(f[1])
+	if err != nil {
+		return 0, 0, err
+	}
+	if f[0] == "max" {
+		return -1, periodUsec, nil
+	}
+	q, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil || q < 0 {
+		return 0, 0, fmt.Errorf("cpu.max %q: %w", truncate(s), errdefs.ErrInvalid)
+	}
+	return q, periodUsec, nil
+}
+
+// WeightToShares maps v2 cpu.weight (1..10000) to the v1 cpu.shares scale
+// (2..262144) the way runc and the kubelet convert the other direction,
+// so cAdvisor-style spec metrics read the same on both versions.
+func WeightToShares(weight uint64) uint64 {
+	if weight == 0 {
+		return 0
+	}
+	return 2 + (weight-1)*262142/9999
+}
+
+// userHZ is the kernel's USER_HZ, the unit of cpuacct.stat; 100 on every
+// Linux architecture podunit runs on.
+const userHZ = 100
+
+// ParseCPUAcctStat parses v1 cpuacct.stat into user and system nanoseconds.
+func ParseCPUAcctStat(s string) (userNs, systemNs uint64, err error) {
+	m, err := ParseFlatKeyed(s)
+	if err != nil {
+		return 0, 0, err
+	}
+	return m["user"] * (1e9 / userHZ), m["system"] * (1e9 / userHZ), nil
 }

@@ -82,15 +82,16 @@ func TestParseNetDev(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []InterfaceStats{
-		{Name: "lo", RxBytes: 74261166, TxBytes: 74261166},
+		{Name: "lo", RxBytes: 74261166, RxPackets: 8711, TxBytes: 74261166, TxPackets: 8711},
 		{Name: "ifb0"}, {Name: "ifb1"},
-		{Name: "eth0", RxBytes: 378181878, TxBytes: 1885722},
+		{Name: "eth0", RxBytes: 378181878, RxPackets: 22950, TxBytes: 1885722, TxPackets: 19100},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %+v\nwant %+v", got, want)
 	}
 	errs, err := ParseNetDev("h1\nh2\n eth0: 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n")
-	if err != nil || errs[0].RxErrors != 3 || errs[0].TxBytes != 9 || errs[0].TxErrors != 11 {
+	if err != nil || errs[0] != (InterfaceStats{Name: "eth0", RxBytes: 1, RxPackets: 2, RxErrors: 3, RxDropped: 4,
+		TxBytes: 9, TxPackets: 10, TxErrors: 11, TxDropped: 12}) {
 		t.Fatalf("field positions wrong: %+v %v", errs, err)
 	}
 	if _, err := ParseNetDev("eth0: 1 2 3\n"); err == nil {
@@ -192,3 +193,34 @@ func FuzzMemory(f *testing.F) {
 }
 
 func first(m *MemoryStats, _ *SwapStats) *MemoryStats { return m }
+
+func TestParseCPUMax(t *testing.T) {
+	for in, want := range map[string][2]int64{"max 100000\n": {-1, 100000}, "20000 100000": {20000, 100000}} {
+		q, p, err := ParseCPUMax(in)
+		if err != nil || q != want[0] || int64(p) != want[1] {
+			t.Errorf("ParseCPUMax(%q) = %d %d %v", in, q, p, err)
+		}
+	}
+	for _, in := range []string{"", "max", "-5 100000", "1 2 3", "x 100"} {
+		if _, _, err := ParseCPUMax(in); err == nil {
+			t.Errorf("ParseCPUMax(%q) succeeded", in)
+		}
+	}
+}
+
+func TestWeightToShares(t *testing.T) {
+	// runc maps shares 1024 to weight 39 (CPUWeight 100 default is
+	// shares 2597); the inverse lands near the original.
+	for w, want := range map[uint64]uint64{0: 0, 1: 2, 100: 2597, 10000: 262144} {
+		if got := WeightToShares(w); got != want {
+			t.Errorf("WeightToShares(%d) = %d, want %d", w, got, want)
+		}
+	}
+}
+
+func TestParseCPUAcctStat(t *testing.T) {
+	u, s, err := ParseCPUAcctStat(fixture(t, "v1/running/cpuacct.stat"))
+	if err != nil || u != 940_000_000 || s != 60_000_000 {
+		t.Fatalf("ParseCPUAcctStat = %d %d %v", u, s, err)
+	}
+}
