@@ -14,7 +14,7 @@ import (
 type Extended struct {
 	CgroupStats
 
-	CPUUserNanos, CPUSystemNanos uint64
+	CPUUserNanos, CPUSystemNanos    uint64
 	CFSPeriods, CFSThrottledPeriods uint64
 	CFSThrottledNanos               uint64
 	// Spec values: CPU period (µs), shares (v2 weight converted), and
