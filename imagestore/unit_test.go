@@ -384,8 +384,13 @@ func TestOwnerMeta(t *testing.T) {
 			t.Errorf("foreign metadata %q taken as podunit's", s)
 		}
 	}
-	if imageVolumeID("c1", "i1") == imageVolumeID("c1", "i2") || imageVolumeID("c1", "i1") != imageVolumeID("c1", "i1") {
-		t.Error("image volume IDs not derived per container and image")
+	ids := map[string]bool{}
+	for _, pair := range [][2]string{{"c1", "i1"}, {"c1", "i2"}, {"c2", "i1"}, {"c1i", "1"}} {
+		id := imageVolumeID(pair[0], pair[1])
+		if ids[id] || !imageIDPattern.MatchString(id) {
+			t.Errorf("image volume ID %q for %q repeats or is malformed", id, pair)
+		}
+		ids[id] = true
 	}
 }
 
