@@ -4,8 +4,8 @@ package sandbox_test
 
 // Integration tests run in two halves. TestSandboxInHarness (on the host, as
 // root) boots a real systemd with test/harness and runs this same test
-// binary inside it with PODUNIT_SANDBOX_INSIDE set; the TestInside* tests
-// then use the real systemd (slices, the pod init unit), real namespaces and
+// binary inside it with PODUNIT_SANDBOX_INSIDE set; its subtests there
+// use the real systemd (slices, the pod init unit), real namespaces and
 // real CNI plugins (bridge, host-local, portmap) in the harness' own
 // network namespace, so the host's network is never touched.
 
@@ -32,26 +32,40 @@ import (
 
 const insideEnv = "PODUNIT_SANDBOX_INSIDE"
 
+// TestSandboxInHarness is the only top-level test: on the host it boots the
+// harness and re-runs itself inside; inside, it runs the real checks as
+// subtests. Neither half ever skips.
 func TestSandboxInHarness(t *testing.T) {
 	if os.Getenv(insideEnv) != "" {
-		t.Skip("this is the host half")
+		for _, c := range []struct {
+			name string
+			fn   func(*testing.T)
+		}{
+			{"Leak100", testLeak100},
+			{"PodsReachEachOtherAndHostPort", testPodsReachEachOtherAndHostPort},
+			{"SharedPIDAndSlices", testSharedPIDAndSlices},
+			{"KubeletSliceIsNotRemoved", testKubeletSliceIsNotRemoved},
+		} {
+			t.Run(c.name, c.fn)
+		}
+		return
 	}
 	bin, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := harness.Start(t, harness.Options{Binds: []string{filepath.Dir(bin)}})
-	run := "^TestInside"
-	if f := flagValue("test.run"); f != "" && f != "^TestSandboxInHarness$" && f != "TestSandboxInHarness" {
-		run = f
+	run := "^TestSandboxInHarness$"
+	if f := flagValue("test.run"); strings.Contains(f, "/") {
+		run = f // a subtest selection passes through
 	}
 	out, err := h.ExecTimeout(15*time.Minute, "env", insideEnv+"=1", bin, "-test.v", "-test.count=1", "-test.run", run)
 	t.Logf("inside the harness:\n%s", out)
 	if err != nil {
 		t.Fatalf("tests inside the harness failed: %v", err)
 	}
-	if !strings.Contains(out, "--- PASS: TestInside") {
-		t.Fatal("no inside test ran")
+	if !strings.Contains(out, "--- PASS: TestSandboxInHarness") {
+		t.Fatal("the tests inside the harness did not pass")
 	}
 }
 
@@ -88,14 +102,11 @@ const cniConf = `{
 
 func inside(t *testing.T) *world {
 	t.Helper()
-	if os.Getenv(insideEnv) == "" {
-		t.Skip("runs inside the systemd harness; started by TestSandboxInHarness")
-	}
 	// /var/lib/podunit is a real host directory bound in by the harness;
 	// /run is the harness' own.
-	base := filepath.Join(harness.StateDirInside, "sbtest-"+t.Name())
+	base := filepath.Join(harness.StateDirInside, "sbtest-"+filepath.Base(t.Name()))
 	os.RemoveAll(base)
-	w := &world{ipamDir: filepath.Join(base, "ipam"), runDir: filepath.Join("/run/podunit-sbtest", t.Name())}
+	w := &world{ipamDir: filepath.Join(base, "ipam"), runDir: filepath.Join("/run/podunit-sbtest", filepath.Base(t.Name()))}
 	conf := filepath.Join(base, "net.d")
 	if err := os.MkdirAll(conf, 0o755); err != nil {
 		t.Fatal(err)
@@ -192,7 +203,7 @@ func podUnits(t *testing.T, w *world) []string {
 	return out
 }
 
-func TestInsideLeak100(t *testing.T) {
+func testLeak100(t *testing.T) {
 	w := inside(t)
 	ctx := context.Background()
 	run := func(i int) {
@@ -290,7 +301,7 @@ func ping(t *testing.T, fromNetNS, addr string) string {
 	return string(b)
 }
 
-func TestInsidePodsReachEachOtherAndHostPort(t *testing.T) {
+func testPodsReachEachOtherAndHostPort(t *testing.T) {
 	w := inside(t)
 	ctx := context.Background()
 	a, err := w.m.Run(ctx, pod("a", &runtimeapi.PortMapping{ContainerPort: 8080, HostPort: 18080}), "")
@@ -374,7 +385,7 @@ func TestInsidePodsReachEachOtherAndHostPort(t *testing.T) {
 	}
 }
 
-func TestInsideSharedPIDAndSlices(t *testing.T) {
+func testSharedPIDAndSlices(t *testing.T) {
 	w := inside(t)
 	ctx := context.Background()
 	c := pod("shared")
@@ -406,7 +417,7 @@ func TestInsideSharedPIDAndSlices(t *testing.T) {
 		t.Fatalf("slice props MemoryMax=%v CPUWeight=%v %v", sprops["MemoryMax"], sprops["CPUWeight"], err)
 	}
 	// A second manager finds the pod again as it was.
-	m2, err := sandbox.New(sandbox.Options{StateDir: filepath.Join(harness.StateDirInside, "sbtest-"+t.Name(), "state"),
+	m2, err := sandbox.New(sandbox.Options{StateDir: filepath.Join(harness.StateDirInside, "sbtest-"+filepath.Base(t.Name()), "state"),
 		RunDir: w.runDir, Systemd: w.sd, CNIConfDir: "/nonexistent"})
 	if err != nil {
 		t.Fatal(err)
@@ -431,7 +442,7 @@ func TestInsideSharedPIDAndSlices(t *testing.T) {
 	}
 }
 
-func TestInsideKubeletSliceIsNotRemoved(t *testing.T) {
+func testKubeletSliceIsNotRemoved(t *testing.T) {
 	w := inside(t)
 	ctx := context.Background()
 	const slice = "kubepods-besteffort-poditest.slice"
