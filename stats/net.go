@@ -34,3 +34,23 @@ func NetworkStats(nsPath string) ([]InterfaceStats, error) {
 	}
 	return out, nil
 }
+
+// HostNetworkStats returns the interface counters of podunit's own network
+// namespace, which host-network pods share.
+func HostNetworkStats() ([]InterfaceStats, error) {
+	data, err := os.ReadFile("/proc/self/net/dev")
+	if err != nil {
+		return nil, fmt.Errorf("host network stats: %w", err)
+	}
+	all, err := ParseNetDev(string(data))
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, s := range all {
+		if s.Name != "lo" {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
