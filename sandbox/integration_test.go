@@ -12,10 +12,12 @@ package sandbox_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -23,6 +25,7 @@ import (
 	"time"
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/podunit/podunit/netns"
 	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/systemd"
@@ -45,6 +48,7 @@ func TestSandboxInHarness(t *testing.T) {
 			{"PodsReachEachOtherAndHostPort", testPodsReachEachOtherAndHostPort},
 			{"SharedPIDAndSlices", testSharedPIDAndSlices},
 			{"KubeletSliceIsNotRemoved", testKubeletSliceIsNotRemoved},
+			{"RuncJoinsPinnedNamespaces", testRuncJoinsPinnedNamespaces},
 		} {
 			t.Run(c.name, c.fn)
 		}
@@ -462,5 +466,61 @@ func testKubeletSliceIsNotRemoved(t *testing.T) {
 	props, err := w.sd.UnitProperties(ctx, slice, "Unit")
 	if err != nil || props["ActiveState"] != "active" {
 		t.Fatalf("kubelet slice after remove: %v %v", props["ActiveState"], err)
+	}
+}
+
+// testRuncJoinsPinnedNamespaces proves the pins are what an OCI runtime
+// needs: a container that joins them by path sees the pod's IP, hostname,
+// sysctls and, with a shared PID namespace, catatonit as PID 1.
+func testRuncJoinsPinnedNamespaces(t *testing.T) {
+	w := inside(t)
+	ctx := context.Background()
+	c := pod("oci")
+	c.Linux.SecurityContext.NamespaceOptions.Pid = runtimeapi.NamespaceMode_POD
+	id, err := w.m.Run(ctx, c, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, _ := w.m.Get(ctx, id)
+	bundle := filepath.Join(harness.StateDirInside, "sbtest-oci-bundle")
+	// The shared harness tools are on the host root the harness overlays.
+	const script = "/work/shared/harness/make-busybox-bundle.sh"
+	if out, err := exec.Command(script, bundle, "--",
+		"sh", "-c", "ip -o -4 addr show eth0; hostname; cat /proc/1/cmdline; echo; cat /proc/sys/kernel/shm_rmid_forced").CombinedOutput(); err != nil {
+		t.Fatalf("bundle: %v\n%s", err, out)
+	}
+	defer os.RemoveAll(bundle)
+	cfgPath := filepath.Join(bundle, "config.json")
+	b, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		t.Fatal(err)
+	}
+	paths := map[specs.LinuxNamespaceType]string{
+		specs.NetworkNamespace: sb.NetNSPath, specs.IPCNamespace: sb.IPCNSPath,
+		specs.UTSNamespace: sb.UTSNSPath, specs.PIDNamespace: sb.PIDNSPath,
+	}
+	for i, ns := range spec.Linux.Namespaces {
+		if p, ok := paths[ns.Type]; ok {
+			spec.Linux.Namespaces[i].Path = p
+		}
+	}
+	spec.Hostname = ""
+	if b, err = json.Marshal(&spec); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(cfgPath, b, 0o644)
+	out, err := exec.Command("runc", "run", "--bundle", bundle, "sbtest-"+id[:12]).CombinedOutput()
+	exec.Command("runc", "delete", "--force", "sbtest-"+id[:12]).Run()
+	if err != nil {
+		t.Fatalf("runc: %v\n%s", err, out)
+	}
+	for _, want := range []string{"inet " + sb.IPs[0] + "/24", "\noci\n", "catatonit", "\n1\n"} {
+		if !strings.Contains("\n"+string(out), want) {
+			t.Errorf("container output lacks %q:\n%s", want, out)
+		}
 	}
 }
