@@ -1,0 +1,159 @@
+//go:build podunit_stats
+
+// The podunit_stats tag keeps this file out of the build until the server
+// has its stats field (Deps.Stats, Server.stats): wiring removes the tag.
+
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/events"
+	"github.com/podunit/podunit/stats/cristats"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// StatsDeps wire the stats, metrics and container events RPCs. The server
+// holds them in its stats field (Deps.Stats).
+type StatsDeps struct {
+	Collector *cristats.Collector
+	Hub       *events.Hub
+	// PodStatus and ContainerStatuses attach the pod's state to each
+	// container event, as the kubelet's evented PLEG expects.
+	PodStatus         func(ctx context.Context, podID string) (*runtimeapi.PodSandboxStatus, error)
+	ContainerStatuses func(ctx context.Context, podID string) ([]*runtimeapi.ContainerStatus, error)
+}
+
+var errStatsNotWired = fmt.Errorf("stats are not configured in this podunit: %w", errdefs.ErrUnavailable)
+
+func (s *Server) collector() (*cristats.Collector, error) {
+	if s.stats.Collector == nil {
+		return nil, errStatsNotWired
+	}
+	return s.stats.Collector, nil
+}
+
+func (s *Server) ContainerStats(ctx context.Context, req *runtimeapi.ContainerStatsRequest) (*runtimeapi.ContainerStatsResponse, error) {
+	c, err := s.collector()
+	if err != nil {
+		return nil, err
+	}
+	if req.GetContainerId() == "" {
+		return nil, fmt.Errorf("container id is required: %w", errdefs.ErrInvalid)
+	}
+	st, err := c.ContainerStats(ctx, req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ContainerStatsResponse{Stats: st}, nil
+}
+
+func (s *Server) ListContainerStats(ctx context.Context, req *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
+	c, err := s.collector()
+	if err != nil {
+		return nil, err
+	}
+	st, err := c.ListContainerStats(ctx, req.GetFilter())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ListContainerStatsResponse{Stats: st}, nil
+}
+
+func (s *Server) PodSandboxStats(ctx context.Context, req *runtimeapi.PodSandboxStatsRequest) (*runtimeapi.PodSandboxStatsResponse, error) {
+	c, err := s.collector()
+	if err != nil {
+		return nil, err
+	}
+	if req.GetPodSandboxId() == "" {
+		return nil, fmt.Errorf("pod sandbox id is required: %w", errdefs.ErrInvalid)
+	}
+	st, err := c.PodSandboxStats(ctx, req.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.PodSandboxStatsResponse{Stats: st}, nil
+}
+
+func (s *Server) ListPodSandboxStats(ctx context.Context, req *runtimeapi.ListPodSandboxStatsRequest) (*runtimeapi.ListPodSandboxStatsResponse, error) {
+	c, err := s.collector()
+	if err != nil {
+		return nil, err
+	}
+	st, err := c.ListPodSandboxStats(ctx, req.GetFilter())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ListPodSandboxStatsResponse{Stats: st}, nil
+}
+
+func (s *Server) ListMetricDescriptors(ctx context.Context, req *runtimeapi.ListMetricDescriptorsRequest) (*runtimeapi.ListMetricDescriptorsResponse, error) {
+	return &runtimeapi.ListMetricDescriptorsResponse{Descriptors: cristats.MetricDescriptors()}, nil
+}
+
+func (s *Server) ListPodSandboxMetrics(ctx context.Context, req *runtimeapi.ListPodSandboxMetricsRequest) (*runtimeapi.ListPodSandboxMetricsResponse, error) {
+	c, err := s.collector()
+	if err != nil {
+		return nil, err
+	}
+	m, err := c.ListPodSandboxMetrics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ListPodSandboxMetricsResponse{PodMetrics: m}, nil
+}
+
+// GetContainerEvents streams container events until the client goes away,
+// podunit shuts down, or the client falls behind (then it gets
+// ResourceExhausted and the kubelet falls back to relisting).
+func (s *Server) GetContainerEvents(req *runtimeapi.GetEventsRequest, stream runtimeapi.RuntimeService_GetContainerEventsServer) error {
+	if s.stats.Hub == nil {
+		return errStatsNotWired
+	}
+	ctx := stream.Context()
+	sub := s.stats.Hub.Subscribe()
+	defer sub.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case ev, ok := <-sub.Events():
+			if !ok {
+				return sub.Err()
+			}
+			if err := stream.Send(s.eventResponse(ctx, ev)); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// eventResponse attaches the pod's current status. A pod or container
+// already gone (DELETED after RemovePodSandbox) still yields the event,
+// without the parts that no longer exist.
+func (s *Server) eventResponse(ctx context.Context, ev events.Event) *runtimeapi.ContainerEventResponse {
+	resp := &runtimeapi.ContainerEventResponse{
+		ContainerId: ev.ContainerID, ContainerEventType: ev.Type, CreatedAt: ev.CreatedAt,
+	}
+	if ev.PodSandboxID == "" {
+		return resp
+	}
+	if s.stats.PodStatus != nil {
+		ps, err := s.stats.PodStatus(ctx, ev.PodSandboxID)
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			s.log.Debug("container event: pod status", "pod", ev.PodSandboxID, "err", err)
+		}
+		resp.PodSandboxStatus = ps
+	}
+	if s.stats.ContainerStatuses != nil {
+		cs, err := s.stats.ContainerStatuses(ctx, ev.PodSandboxID)
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			s.log.Debug("container event: container statuses", "pod", ev.PodSandboxID, "err", err)
+		}
+		resp.ContainersStatuses = cs
+	}
+	return resp
+}

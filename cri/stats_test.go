@@ -1,0 +1,146 @@
+//go:build podunit_stats
+
+package cri
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/podunit/podunit/config"
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/events"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+type eventStream struct {
+	grpc.ServerStream
+	ctx  context.Context
+	sent chan *runtimeapi.ContainerEventResponse
+	// block makes Send hang until ctx ends: a client that stopped reading.
+	block bool
+}
+
+func (e *eventStream) Context() context.Context { return e.ctx }
+
+func (e *eventStream) Send(r *runtimeapi.ContainerEventResponse) error {
+	if e.block {
+		<-e.ctx.Done()
+		return e.ctx.Err()
+	}
+	e.sent <- r
+	return nil
+}
+
+func statsServer(hub *events.Hub) *Server {
+	cfg := config.Default()
+	return New(Deps{Config: &cfg, Stats: StatsDeps{
+		Hub: hub,
+		PodStatus: func(_ context.Context, id string) (*runtimeapi.PodSandboxStatus, error) {
+			if id == "gone" {
+				return nil, errdefs.ErrNotFound
+			}
+			return &runtimeapi.PodSandboxStatus{Id: id, State: runtimeapi.PodSandboxState_SANDBOX_READY}, nil
+		},
+		ContainerStatuses: func(_ context.Context, id string) ([]*runtimeapi.ContainerStatus, error) {
+			if id == "gone" {
+				return nil, errdefs.ErrNotFound
+			}
+			return []*runtimeapi.ContainerStatus{{Id: "c1", State: runtimeapi.ContainerState_CONTAINER_RUNNING}}, nil
+		},
+	}})
+}
+
+func TestGetContainerEventsStreamsWithStatuses(t *testing.T) {
+	hub := events.NewHub(events.HubOptions{})
+	hub.Subscribe().Close() // no restart backlog in this test
+	s := statsServer(hub)
+	ctx, cancel := context.WithCancel(context.Background())
+	st := &eventStream{ctx: ctx, sent: make(chan *runtimeapi.ContainerEventResponse, 10)}
+	done := make(chan error, 1)
+	go func() { done <- s.GetContainerEvents(&runtimeapi.GetEventsRequest{}, st) }()
+	for hub.Subscribers() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	hub.Publish(events.NewEvent(runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT, "c1", "p1"))
+	hub.Publish(events.NewEvent(runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT, "c9", "gone"))
+	r := <-st.sent
+	if r.ContainerId != "c1" || r.ContainerEventType != runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT ||
+		r.PodSandboxStatus.GetId() != "p1" || len(r.ContainersStatuses) != 1 || r.CreatedAt == 0 {
+		t.Fatalf("first event %v", r)
+	}
+	r = <-st.sent
+	if r.ContainerId != "c9" || r.PodSandboxStatus != nil || r.ContainersStatuses != nil {
+		t.Fatalf("event for a removed pod %v", r)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("stream ended with %v", err)
+	}
+	if hub.Subscribers() != 0 {
+		t.Fatal("subscription leaked")
+	}
+}
+
+func TestGetContainerEventsDropsStuckClient(t *testing.T) {
+	hub := events.NewHub(events.HubOptions{Buffer: 4})
+	hub.Subscribe().Close()
+	s := statsServer(hub)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st := &eventStream{ctx: ctx, block: true}
+	done := make(chan error, 1)
+	go func() { done <- s.GetContainerEvents(&runtimeapi.GetEventsRequest{}, st) }()
+	for hub.Subscribers() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// One event is taken and stuck in Send; 4 fill the queue; the next
+	// drops the subscriber instead of blocking the publisher.
+	for range 6 {
+		hub.Publish(events.NewEvent(runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, "c", "p"))
+	}
+	if hub.Subscribers() != 0 {
+		t.Fatal("stuck subscriber not dropped")
+	}
+	cancel()
+	<-done
+	// A client that is slow but still there is told why it was cut off.
+	st2 := &eventStream{ctx: context.Background(), sent: make(chan *runtimeapi.ContainerEventResponse)}
+	go func() { done <- s.GetContainerEvents(&runtimeapi.GetEventsRequest{}, st2) }()
+	for hub.Subscribers() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	for range 6 {
+		hub.Publish(events.NewEvent(runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, "c", "p"))
+	}
+	go func() {
+		for range st2.sent {
+		}
+	}()
+	err := <-done
+	if status.Code(ToStatus(err)) != codes.ResourceExhausted {
+		t.Fatalf("slow client ended with %v", err)
+	}
+}
+
+func TestStatsNotWired(t *testing.T) {
+	cfg := config.Default()
+	s := New(Deps{Config: &cfg})
+	if _, err := s.ListContainerStats(context.Background(), &runtimeapi.ListContainerStatsRequest{}); status.Code(ToStatus(err)) != codes.Unavailable {
+		t.Fatalf("unwired stats: %v", err)
+	}
+	if err := s.GetContainerEvents(&runtimeapi.GetEventsRequest{}, &eventStream{ctx: context.Background()}); status.Code(ToStatus(err)) != codes.Unavailable {
+		t.Fatalf("unwired events: %v", err)
+	}
+	d, err := s.ListMetricDescriptors(context.Background(), &runtimeapi.ListMetricDescriptorsRequest{})
+	if err != nil || len(d.Descriptors) < 40 {
+		t.Fatalf("descriptors: %d, %v", len(d.GetDescriptors()), err)
+	}
+	if _, err := s.ContainerStats(context.Background(), &runtimeapi.ContainerStatsRequest{}); err == nil {
+		t.Fatal("empty container id accepted")
+	}
+}
