@@ -16,6 +16,7 @@ import (
 	"github.com/podunit/podunit/podfiles"
 	"github.com/podunit/podunit/systemd"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -101,6 +102,8 @@ func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 	m.mu.Unlock()
 	log := m.log.With("pod", id, "name", cfg.GetMetadata().GetName(), "namespace", cfg.GetMetadata().GetNamespace())
 
+	// The request is the caller's; the sandbox keeps its own copy.
+	cfg = proto.Clone(cfg).(*runtimeapi.PodSandboxConfig)
 	sb := m.newSandbox(id, cfg, handler, p)
 	defer func() {
 		if retErr == nil {
@@ -190,6 +193,11 @@ func (m *Manager) newSandbox(id string, cfg *runtimeapi.PodSandboxConfig, handle
 		sb.NetNSPath = m.pinPath("net", id)
 		sb.UTSNSPath = m.pinPath("uts", id)
 		sb.Hostname = cfg.GetHostname()
+		if sb.Hostname == "" {
+			// A new UTS namespace starts with the node's name; say so in
+			// the pod's files too (containerd does the same).
+			sb.Hostname, _ = os.Hostname()
+		}
 	}
 	if !p.hostIPC {
 		sb.IPCNSPath = m.pinPath("ipc", id)
