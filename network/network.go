@@ -114,8 +114,12 @@ func (c *CNI) config() (*libcni.NetworkConfigList, error) {
 		if strings.HasSuffix(f, ".conflist") {
 			list, err = libcni.NetworkConfFromFile(f)
 		} else {
+			// Single-plugin .conf files are deprecated in libcni but still
+			// what several network add-ons install; the kubelet accepts them.
 			var one *libcni.PluginConfig
+			//lint:ignore SA1019 see above
 			if one, err = libcni.ConfFromFile(f); err == nil {
+				//lint:ignore SA1019 see above
 				list, err = libcni.ConfListFromConf(one)
 			}
 		}
