@@ -1,0 +1,176 @@
+// Package metrics serves podunit's Prometheus metrics on a loopback HTTP
+// endpoint. It is off unless [metrics] address is set.
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/podunit/podunit/errdefs"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+var (
+	pullBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "podunit", Subsystem: "image", Name: "pull_bytes_total",
+		Help: "Bytes fetched from registries by image pulls.",
+	})
+	pullDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "podunit", Subsystem: "image", Name: "pull_duration_seconds",
+		Help:    "Duration of image pulls by result (success, failure).",
+		Buckets: prometheus.ExponentialBuckets(0.05, 2, 14),
+	}, []string{"result"})
+)
+
+// ObserveImagePull records one image pull: the bytes it fetched (layers
+// already present count zero) and how long it took. imagestore calls it
+// once per PullImage.
+func ObserveImagePull(bytes int64, d time.Duration, err error) {
+	if bytes > 0 {
+		pullBytes.Add(float64(bytes))
+	}
+	result := "success"
+	if err != nil {
+		result = "failure"
+	}
+	pullDuration.WithLabelValues(result).Observe(d.Seconds())
+}
+
+// Options build the registry.
+type Options struct {
+	// Collectors are the packages' own metrics (systemd.Collectors(),
+	// systemd.WatcherCollectors(), cri.Collectors(), events.Collectors()).
+	Collectors []prometheus.Collector
+	// ContainersByState reports how many containers are in each CRI state
+	// ("CONTAINER_RUNNING", ...) at scrape time; nil omits the metric.
+	ContainersByState func() map[string]int
+	// EventSubscribers reports live GetContainerEvents subscriptions
+	// (events.Hub.Subscribers); nil omits the metric.
+	EventSubscribers func() int
+}
+
+// containersCollector asks for the counts at scrape time, so there is no
+// gauge to keep in sync with every state change.
+type containersCollector struct {
+	desc *prometheus.Desc
+	fn   func() map[string]int
+}
+
+func (c containersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c containersCollector) Collect(ch chan<- prometheus.Metric) {
+	for state, n := range c.fn() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), state)
+	}
+}
+
+// NewRegistry returns a registry with the Go runtime and process metrics,
+// image pull metrics and everything in o.
+func NewRegistry(o Options) (*prometheus.Registry, error) {
+	r := prometheus.NewRegistry()
+	cs := []prometheus.Collector{
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		pullBytes, pullDuration,
+	}
+	cs = append(cs, o.Collectors...)
+	if o.ContainersByState != nil {
+		cs = append(cs, containersCollector{
+			desc: prometheus.NewDesc("podunit_containers", "Containers by CRI state.", []string{"state"}, nil),
+			fn:   o.ContainersByState,
+		})
+	}
+	if o.EventSubscribers != nil {
+		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "podunit", Subsystem: "events", Name: "subscribers",
+			Help: "Live GetContainerEvents subscriptions.",
+		}, func() float64 { return float64(o.EventSubscribers()) }))
+	}
+	for _, c := range cs {
+		if err := r.Register(c); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// CheckAddress accepts only loopback listen addresses: the endpoint has no
+// authentication, so it must not be reachable from the network.
+func CheckAddress(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("metrics address %q: %v: %w", addr, err, errdefs.ErrInvalid)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("metrics address %q must be a loopback address (127.0.0.1, [::1], localhost): %w", addr, errdefs.ErrInvalid)
+	}
+	return nil
+}
+
+// Server is a running metrics endpoint.
+type Server struct {
+	lis net.Listener
+	srv *http.Server
+	err chan error
+}
+
+// Addr is where the endpoint listens (useful with port 0).
+func (s *Server) Addr() net.Addr { return s.lis.Addr() }
+
+// Start listens on addr (loopback only) and serves /metrics from r.
+func Start(addr string, r *prometheus.Registry, log *slog.Logger) (*Server, error) {
+	if err := CheckAddress(addr); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(r, promhttp.HandlerOpts{
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorHandling:     promhttp.ContinueOnError,
+		Registry:          r,
+		Timeout:           30 * time.Second,
+		EnableOpenMetrics: true,
+	}))
+	s := &Server{lis: lis, err: make(chan error, 1), srv: &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		WriteTimeout:      time.Minute,
+		IdleTimeout:       2 * time.Minute,
+	}}
+	go func() {
+		err := s.srv.Serve(lis)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		s.err <- err
+	}()
+	log.Info("metrics endpoint serving", "address", lis.Addr().String())
+	return s, nil
+}
+
+// Stop shuts the endpoint down, waiting for in-flight scrapes until ctx
+// ends.
+func (s *Server) Stop(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	if serr := <-s.err; err == nil {
+		err = serr
+	}
+	return err
+}

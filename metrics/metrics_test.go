@@ -1,0 +1,81 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/podunit/podunit/cri"
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/events"
+	"github.com/podunit/podunit/systemd"
+)
+
+func TestCheckAddress(t *testing.T) {
+	for _, ok := range []string{"127.0.0.1:9090", "[::1]:0", "localhost:9100", "127.0.0.53:1"} {
+		if err := CheckAddress(ok); err != nil {
+			t.Errorf("%s refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"0.0.0.0:9090", ":9090", "10.0.0.1:80", "example.com:80", "127.0.0.1", ""} {
+		if err := CheckAddress(bad); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("%q accepted: %v", bad, err)
+		}
+	}
+}
+
+func TestEndpointServesEverything(t *testing.T) {
+	hub := events.NewHub(events.HubOptions{})
+	sub := hub.Subscribe()
+	defer sub.Close()
+	all := append(append(append(systemd.Collectors(), systemd.WatcherCollectors()...), cri.Collectors()...), events.Collectors()...)
+	r, err := NewRegistry(Options{
+		Collectors:        all,
+		ContainersByState: func() map[string]int { return map[string]int{"CONTAINER_RUNNING": 3, "CONTAINER_EXITED": 1} },
+		EventSubscribers:  hub.Subscribers,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ObserveImagePull(1234, 2*time.Second, nil)
+	ObserveImagePull(0, time.Second, errors.New("denied"))
+	if _, err := Start("0.0.0.0:0", r, nil); err == nil {
+		t.Fatal("non-loopback address served")
+	}
+	s, err := Start("127.0.0.1:0", r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + s.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(body)
+	for _, want := range []string{
+		`podunit_containers{state="CONTAINER_RUNNING"} 3`,
+		`podunit_events_subscribers 1`,
+		`podunit_image_pull_bytes_total 1234`,
+		`podunit_image_pull_duration_seconds_count{result="failure"} 1`,
+		`podunit_events_unit_watcher_connected 0`,
+		`go_goroutines`,
+		`process_open_fds`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := http.Get("http://" + s.Addr().String() + "/metrics"); err == nil {
+		t.Fatal("endpoint still up after Stop")
+	}
+}
