@@ -254,7 +254,16 @@ func (m *Manager) alive(ctx context.Context, sb *Sandbox) bool {
 			return false
 		}
 		props, err := m.opts.Systemd.UnitProperties(ctx, sb.InitUnit, "Unit")
-		if err != nil || props["ActiveState"] != "active" {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return false
+		}
+		if err != nil {
+			// systemd not answering yet says nothing about the pod; a
+			// wrongly NotReady pod would be recreated by the kubelet.
+			m.log.Warn("cannot check pod init; keeping pod ready", "pod", sb.ID, "unit", sb.InitUnit, "err", err)
+			return true
+		}
+		if props["ActiveState"] != "active" {
 			return false
 		}
 	}

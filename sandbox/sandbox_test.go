@@ -623,3 +623,44 @@ func TestContainersMayLookUpPodDuringStop(t *testing.T) {
 		t.Fatalf("states seen by containers: %v", rc.got)
 	}
 }
+
+func TestRecoverWithSystemdDown(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.sd.StartFunc = func(u *systemd.FakeUnit) systemd.JobResult {
+		if strings.HasSuffix(u.Name, "-init.service") {
+			// a process in a new pid namespace, as the real init unit has
+			cmd := exec.Command(DefaultPodInit[0], DefaultPodInit[1:]...)
+			if err := cmd.Start(); err != nil {
+				return systemd.JobFailed
+			}
+			go cmd.Wait()
+			t.Cleanup(func() { cmd.Process.Kill() })
+			u.Props["MainPID"] = uint32(cmd.Process.Pid)
+		}
+		return systemd.JobDone
+	}
+	c := podConfig("s")
+	c.Linux.SecurityContext.NamespaceOptions.Pid = runtimeapi.NamespaceMode_POD
+	id, err := e.m.Run(ctx, c, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.sd.Down = true
+	m2, _ := New(e.opts)
+	if err := m2.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sb, _ := m2.Get(ctx, id); sb.State != StateReady {
+		t.Fatal("pod marked not ready because systemd did not answer")
+	}
+	e.sd.Down = false
+	delete(e.sd.Units, "podunit-pod-"+id+"-init.service")
+	m3, _ := New(e.opts)
+	if err := m3.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sb, _ := m3.Get(ctx, id); sb.State != StateNotReady {
+		t.Fatal("pod whose init unit is gone still ready")
+	}
+}
