@@ -3,12 +3,12 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 
 	"github.com/podunit/podunit/errdefs"
@@ -432,6 +432,11 @@ func TestHostNamespacesAndKubeletSlice(t *testing.T) {
 	assertNoTraces(t, e, id)
 }
 
+type initProc struct {
+	p    *os.Process
+	done chan struct{}
+}
+
 func TestSharedPIDNamespace(t *testing.T) {
 	e := newEnv(t)
 	if _, err := exec.LookPath("catatonit"); err != nil {
@@ -448,14 +453,19 @@ func TestSharedPIDNamespace(t *testing.T) {
 			t.Errorf("start init %v: %v", argv, err)
 			return systemd.JobFailed
 		}
-		go cmd.Wait()
-		procs.Store(u.Name, cmd.Process)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		procs.Store(u.Name, initProc{cmd.Process, done})
 		u.Props["MainPID"] = uint32(cmd.Process.Pid)
 		return systemd.JobDone
 	}
 	e.sd.StopFunc = func(u *systemd.FakeUnit) systemd.JobResult {
 		if p, ok := procs.Load(u.Name); ok {
-			p.(*os.Process).Signal(syscall.SIGTERM)
+			// unshare blocks SIGTERM while it waits; systemd signals the
+			// whole cgroup instead, catatonit included.
+			ip := p.(initProc)
+			ip.p.Kill()
+			<-ip.done
 		}
 		return systemd.JobDone
 	}
@@ -486,6 +496,9 @@ func TestSharedPIDNamespace(t *testing.T) {
 	}
 	if _, ok := e.sd.Units[sb.InitUnit]; ok {
 		t.Fatal("init unit left after stop")
+	}
+	if n := countInits(t); n != 0 {
+		t.Fatalf("%d catatonit processes left", n)
 	}
 	if err := e.m.Remove(ctx, id); err != nil {
 		t.Fatal(err)
@@ -634,8 +647,9 @@ func TestRecoverWithSystemdDown(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				return systemd.JobFailed
 			}
-			go cmd.Wait()
-			t.Cleanup(func() { cmd.Process.Kill() })
+			done := make(chan struct{})
+			go func() { cmd.Wait(); close(done) }()
+			t.Cleanup(func() { cmd.Process.Kill(); <-done })
 			u.Props["MainPID"] = uint32(cmd.Process.Pid)
 		}
 		return systemd.JobDone
@@ -663,4 +677,24 @@ func TestRecoverWithSystemdDown(t *testing.T) {
 	if sb, _ := m3.Get(ctx, id); sb.State != StateNotReady {
 		t.Fatal("pod whose init unit is gone still ready")
 	}
+}
+
+// countInits counts live catatonit processes that are children of this
+// test process' init wrappers.
+func countInits(t *testing.T) int {
+	t.Helper()
+	self := os.Getpid()
+	n := 0
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil || !strings.Contains(string(b), "(unshare)") {
+			continue
+		}
+		f := strings.Fields(string(b)[strings.LastIndexByte(string(b), ')')+2:])
+		if len(f) > 1 && f[0] != "Z" && f[1] == fmt.Sprint(self) {
+			n++
+		}
+	}
+	return n
 }
