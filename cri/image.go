@@ -1,0 +1,86 @@
+//go:build podunit_images
+
+// The podunit_images tag keeps this file out of the build until the server
+// has its images field (Server.images *imagestore.Store): wiring removes the tag.
+
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/podunit/podunit/errdefs"
+)
+
+// The ImageService RPCs. Each translates to one imagestore.Store call;
+// reference normalisation, credentials, registries and error
+// classification all live in imagestore.
+
+// PullImage pulls the image and returns its ID as image_ref, the same
+// value ImageStatus reports as Image.id and containers report as image_id.
+func (s *Server) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+	ref := req.GetImage().GetImage()
+	if ref == "" {
+		return nil, fmt.Errorf("%w: PullImage without an image", errdefs.ErrInvalid)
+	}
+	id, err := s.images.Pull(ctx, ref, req.GetAuth())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.PullImageResponse{ImageRef: id}, nil
+}
+
+// ImageStatus answers an empty response, not an error, for an image that
+// is not stored: that is how the CRI says "not present".
+func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+	ref := req.GetImage().GetImage()
+	if ref == "" {
+		return nil, fmt.Errorf("%w: ImageStatus without an image", errdefs.ErrInvalid)
+	}
+	img, info, err := s.images.Status(ctx, ref)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return &runtimeapi.ImageStatusResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	resp := &runtimeapi.ImageStatusResponse{Image: img}
+	if req.GetVerbose() {
+		resp.Info = info
+	}
+	return resp, nil
+}
+
+// ListImages lists every image, or only the one the filter names.
+func (s *Server) ListImages(ctx context.Context, req *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
+	images, err := s.images.List(ctx, req.GetFilter())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ListImagesResponse{Images: images}, nil
+}
+
+// RemoveImage is idempotent; an image a container uses is
+// FailedPrecondition.
+func (s *Server) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
+	ref := req.GetImage().GetImage()
+	if ref == "" {
+		return nil, fmt.Errorf("%w: RemoveImage without an image", errdefs.ErrInvalid)
+	}
+	if err := s.images.Remove(ctx, ref); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.RemoveImageResponse{}, nil
+}
+
+// ImageFsInfo reports the image and container writable-layer usage.
+func (s *Server) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
+	imageFs, containerFs, err := s.images.FsInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ImageFsInfoResponse{ImageFilesystems: imageFs, ContainerFilesystems: containerFs}, nil
+}
