@@ -87,6 +87,7 @@ func flagValue(name string) string {
 
 type world struct {
 	m       *sandbox.Manager
+	opts    sandbox.Options
 	sd      systemd.Conn
 	ipamDir string
 	runDir  string
@@ -127,11 +128,12 @@ func inside(t *testing.T) *world {
 	if err := w.sd.Ping(context.Background()); err != nil {
 		t.Fatalf("systemd: %v", err)
 	}
-	m, err := sandbox.New(sandbox.Options{
+	w.opts = sandbox.Options{
 		StateDir: filepath.Join(base, "state"), RunDir: w.runDir,
 		CNIConfDir: conf, CNIBinDirs: []string{"/usr/lib/cni"}, CNICacheDir: filepath.Join(base, "cni-cache"),
 		Systemd: w.sd,
-	})
+	}
+	m, err := sandbox.New(w.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -401,7 +403,7 @@ func testPodsReachEachOtherAndHostPort(t *testing.T) {
 func testSharedPIDAndSlices(t *testing.T) {
 	w := inside(t)
 	ctx := context.Background()
-	c := pod("shared")
+	c := pod("shared", &runtimeapi.PortMapping{ContainerPort: 9090, HostPort: 19090})
 	c.Linux.SecurityContext.NamespaceOptions.Pid = runtimeapi.NamespaceMode_POD
 	c.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 512 << 20, CpuShares: 512}
 	id, err := w.m.Run(ctx, c, "")
@@ -429,29 +431,39 @@ func testSharedPIDAndSlices(t *testing.T) {
 	if err != nil || sprops["MemoryMax"] != uint64(512<<20) || sprops["CPUWeight"] != uint64(20) {
 		t.Fatalf("slice props MemoryMax=%v CPUWeight=%v %v", sprops["MemoryMax"], sprops["CPUWeight"], err)
 	}
-	// A second manager finds the pod again as it was.
-	m2, err := sandbox.New(sandbox.Options{StateDir: filepath.Join(harness.StateDirInside, "sbtest-"+filepath.Base(t.Name()), "state"),
-		RunDir: w.runDir, Systemd: w.sd, CNIConfDir: "/nonexistent"})
+	// A restarted podunit (a second manager on the same state) finds the
+	// pod as it was and can stop and remove it, port mapping rules included.
+	m2, err := sandbox.New(w.opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := m2.Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := m2.Get(ctx, id); err != nil || got.State != sandbox.StateReady || got.IPs[0] != sb.IPs[0] {
+	if got, err := m2.Get(ctx, id); err != nil || got.State != sandbox.StateReady || got.IPs[0] != sb.IPs[0] || got.NetNSPath != sb.NetNSPath {
 		t.Fatalf("recovered %+v %v", got, err)
 	}
-	if err := w.m.Stop(ctx, id); err != nil {
+	rules, _ := exec.Command("iptables-save").Output()
+	if !strings.Contains(string(rules), id) {
+		t.Fatalf("no portmap rules for the pod:\n%s", rules)
+	}
+	if err := m2.Stop(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	if netns.IsPinned(sb.PIDNSPath) {
 		t.Fatal("pid ns pinned after stop")
 	}
-	if err := w.m.Remove(ctx, id); err != nil {
+	if err := m2.Remove(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	if left := podUnits(t, w); len(left) != 0 {
 		t.Fatalf("units left: %v", left)
+	}
+	if rules, _ := exec.Command("iptables-save").Output(); strings.Contains(string(rules), id) {
+		t.Fatalf("portmap rules left:\n%s", rules)
+	}
+	if left := ipAllocations(w.ipamDir); len(left) != 0 {
+		t.Fatalf("IPs left: %v", left)
 	}
 }
 
