@@ -249,7 +249,7 @@ func TestPullErrors(t *testing.T) {
 
 func TestPullBasicAuth(t *testing.T) {
 	p := newProxy(t, func(p *proxy) { p.user, p.password = "alice", "wonderland" })
-	env := newTestEnv(t, nil, registry{prefix: p.addr, location: p.addr})
+	env := newTestEnv(t, nil, registry{prefix: p.addr, location: p.addr}, registry{prefix: "authed.test", location: p.addr})
 	s, ctx := env.store, context.Background()
 	ref := p.addr + "/" + proxiedTagImage
 
@@ -280,6 +280,24 @@ func TestPullBasicAuth(t *testing.T) {
 	}
 	if _, err := s.Pull(ctx, ref, nil); err != nil {
 		t.Fatalf("pull with the auth file: %v", err)
+	}
+	// Through a location rewrite, the auth file entry that counts is the
+	// one for the endpoint contacted, as with podman.
+	rewritten := "authed.test/" + proxiedTagImage
+	if _, err := s.Pull(ctx, rewritten, nil); err != nil {
+		t.Fatalf("pull through a rewrite with the endpoint's auth file entry: %v", err)
+	}
+	authJSON = fmt.Sprintf(`{"auths":{"authed.test":{"auth":%q}}}`, auth)
+	if err := os.WriteFile(env.opts.AuthFile, []byte(authJSON), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = s.Pull(ctx, rewritten, nil); !errors.Is(err, errdefs.ErrPermission) {
+		t.Fatalf("auth file entry for the name's registry used on the rewritten endpoint: %v", err)
+	}
+	// Request credentials (the kubelet's pull secrets) go to whichever
+	// endpoint serves the name.
+	if _, err := s.Pull(ctx, rewritten, &runtimeapi.AuthConfig{Username: "alice", Password: "wonderland"}); err != nil {
+		t.Fatalf("request credentials through a rewrite: %v", err)
 	}
 }
 
