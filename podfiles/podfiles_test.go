@@ -121,3 +121,7 @@ func TestApply(t *testing.T) {
 		t.Fatalf("missing sysctl: %v", err)
 	}
 }
+
+func dnsConfig(server, search, opt string) *runtimeapi.DNSConfig {
+	return &runtimeapi.DNSConfig{Servers: []string{server}, Searches: []string{search}, Options: []string{opt}}
+}
