@@ -26,7 +26,7 @@ FOCUS ?=
 RUN_DEPS := runc crun containernetworking-plugins catatonit iptables iproute2 \
 	util-linux dbus systemd jq golang-github-containers-common golang-github-containers-image
 # what the tests need besides (critest's own list is in test/critest/install-tools.sh)
-TEST_DEPS := $(RUN_DEPS) gcc libc6-dev jq curl git
+TEST_DEPS := $(RUN_DEPS) gcc libc6-dev jq curl git busybox-static file
 
 # `make run` outside a systemd host: harness state lives here
 RUN_HARNESS ?= /var/lib/podunit-harness
@@ -92,9 +92,13 @@ lint: fmt-check vet staticcheck
 unit:
 	go test -race -count=1 ./...
 
-# integration tests boot systemd (root); one package at a time on 2 cores
+# integration tests boot systemd (root); they may live in any package: every
+# package with a test file tagged `integration` is run, one at a time (2 cores)
+INTEGRATION_PKGS = $(shell grep -rlE --include='*_test.go' '^//go:build.*\bintegration\b' . | xargs -r -n1 dirname | sort -u)
 integration: build
-	PODUNIT_BINARY=$(BIN) go test -tags=$(TAGS),integration -count=1 -p 1 -timeout 20m ./test/...
+	@pkgs="$(INTEGRATION_PKGS)"; [ -n "$$pkgs" ] || { echo "no integration tests found"; exit 1; }; \
+	echo "PODUNIT_BINARY=$(BIN) go test -tags=$(TAGS),integration -count=1 -p 1 -timeout 30m $$pkgs"; \
+	PODUNIT_BINARY=$(BIN) go test -tags=$(TAGS),integration -count=1 -p 1 -timeout 30m $$pkgs
 
 critest: critest-tools build
 	@PODUNIT_BINARY=$(BIN) FOCUS='$(FOCUS)' bash $(KIT)/run.sh

@@ -204,3 +204,15 @@ policy_path = %q
 conf_dir = %q
 `, filepath.Join(kit, "registries.conf"), filepath.Join(kit, "policy.json"), filepath.Join(h.Repo, "test", "cni"))
 }
+
+// BusyboxBundleScript is the path of make-busybox-bundle.sh, which writes an
+// OCI bundle with a busybox-static rootfs:
+//
+//	make-busybox-bundle.sh BUNDLE_DIR [--cgroups-path P] [--memory-limit BYTES] -- ARG...
+func BusyboxBundleScript() (string, error) {
+	repo, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(repo, "test", "harness", "make-busybox-bundle.sh"), nil
+}
