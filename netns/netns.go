@@ -131,7 +131,10 @@ func pin(src, path string) error {
 // Unpin unmounts and removes a pin. A path that is absent or not mounted is
 // already unpinned; all mounts stacked on it are taken off.
 func Unpin(path string) error {
-	for IsPinned(path) {
+	for i := 0; IsPinned(path); i++ {
+		if i == 64 {
+			return fmt.Errorf("unpin %s: still mounted after %d unmounts: %w", path, i, errdefs.ErrPrecondition)
+		}
 		if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
 			if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
 				break
