@@ -1,0 +1,185 @@
+package streaming
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/podunit/podunit/errdefs"
+)
+
+// OutputSource follows a non-TTY container's output from now on.
+// Follow returns once it has fixed its position (output written after it
+// returns is delivered); wait then copies until ctx ends.
+type OutputSource interface {
+	Follow(ctx context.Context, t Target, stdout, stderr io.Writer) (wait func() error, err error)
+}
+
+// exitPoll is how often a session checks whether its container is still
+// running (a session without stdin ends when the container stops).
+const exitPoll = time.Second
+
+// veof is the terminal's end-of-file character (^D): closing stdin of a
+// TTY container can only be said this way, a terminal has no half-close.
+const veof = 0x04
+
+type attachSession struct {
+	h        *handler
+	t        Target
+	in       io.Reader
+	out, err io.Writer
+	resize   <-chan WinSize
+}
+
+func (s *attachSession) run(ctx context.Context) error {
+	if s.h.d.Stdio == nil && (s.t.TTY || (s.t.Stdin && s.in != nil)) {
+		return fmt.Errorf("container %s: attach to stdin or a terminal is not configured: %w", s.t.ID, errdefs.ErrPrecondition)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if s.t.TTY {
+		return s.runTTY(ctx)
+	}
+	return s.runPipes(ctx)
+}
+
+// stopped is closed once the container no longer runs.
+func (s *attachSession) stopped(ctx context.Context) <-chan struct{} {
+	c := make(chan struct{})
+	go func() {
+		defer close(c)
+		t := time.NewTicker(exitPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				tg, err := s.h.d.Containers.StreamTarget(ctx, s.t.ID)
+				if err != nil && errors.Is(err, errdefs.ErrNotFound) || err == nil && !tg.Running {
+					return
+				}
+			}
+		}
+	}()
+	return c
+}
+
+func (s *attachSession) runTTY(ctx context.Context) error {
+	hub := s.h.d.Stdio.terminal(s.t.ID)
+	if hub == nil {
+		return fmt.Errorf("container %s: podunit holds no terminal for it (started elsewhere, or lost with the fd store): %w", s.t.ID, errdefs.ErrPrecondition)
+	}
+	var gone <-chan struct{}
+	if s.out != nil {
+		sub := hub.subscribe(s.out)
+		defer hub.unsubscribe(sub)
+		gone = sub.gone
+	}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ws, ok := <-s.resize:
+				if !ok {
+					return
+				}
+				if err := setWinSize(hub.master, ws); err != nil {
+					s.h.log.Debug("terminal resize failed", "container", s.t.ID, "err", err)
+				}
+			}
+		}
+	}()
+	inDone := make(chan struct{})
+	if s.in != nil && s.t.Stdin {
+		go func() {
+			defer close(inDone)
+			_, err := io.Copy(writerFunc(hub.write), s.in)
+			if err == nil && s.t.StdinOnce {
+				hub.write([]byte{veof})
+			}
+		}()
+	} else if s.in != nil {
+		go io.Copy(io.Discard, s.in)
+	}
+	select {
+	case <-ctx.Done():
+	case <-inDone:
+	case <-gone:
+	case <-hub.done:
+	}
+	return nil
+}
+
+func (s *attachSession) runPipes(ctx context.Context) error {
+	var (
+		waitOut   = make(chan error, 1)
+		following bool
+	)
+	if s.out != nil || s.err != nil {
+		out, errw := s.out, s.err
+		if out == nil {
+			out = io.Discard
+		}
+		if errw == nil {
+			errw = io.Discard
+		}
+		wait, err := s.h.d.Output.Follow(ctx, s.t, out, errw)
+		if err != nil {
+			return fmt.Errorf("container %s: follow output: %w", s.t.ID, err)
+		}
+		following = true
+		go func() { waitOut <- wait() }()
+	}
+	var inDone chan struct{}
+	if s.in != nil && s.t.Stdin {
+		w := s.h.d.Stdio.stdinWriter(s.t.ID)
+		if w == nil {
+			return fmt.Errorf("container %s: its stdin is closed (stdin_once) or was lost: %w", s.t.ID, errdefs.ErrPrecondition)
+		}
+		inDone = make(chan struct{})
+		go func() {
+			defer close(inDone)
+			_, err := io.Copy(w, s.in)
+			if err == nil && s.t.StdinOnce {
+				s.h.d.Stdio.closeStdin(s.t.ID)
+			}
+			if err != nil && !errors.Is(err, os.ErrClosed) {
+				s.h.log.Debug("attach stdin copy ended", "container", s.t.ID, "err", err)
+			}
+		}()
+	} else if s.in != nil {
+		go io.Copy(io.Discard, s.in)
+	}
+	stopped := s.stopped(ctx)
+	select {
+	case <-ctx.Done():
+	case <-stopped:
+		// Give the journal a moment for the last lines.
+		time.Sleep(200 * time.Millisecond)
+	case <-inDone:
+		// As the kubelet expects: with stdin_once the container's stdin
+		// is now closed and output follows until it exits; otherwise the
+		// session ends with the client's stdin.
+		if s.t.StdinOnce && following {
+			select {
+			case <-ctx.Done():
+			case <-stopped:
+				time.Sleep(200 * time.Millisecond)
+			}
+		}
+	case err := <-waitOut:
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("container %s: output: %w", s.t.ID, err)
+		}
+	}
+	return nil
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
