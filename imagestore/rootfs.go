@@ -67,7 +67,13 @@ func (s *Store) createLayer(ctx context.Context, id, imageID string, meta ownerM
 	if meta.Name != "" {
 		names = []string{meta.Name}
 	}
-	_, err = s.store.CreateContainer(id, names, imageID, "", string(raw), nil)
+	var opts *storage.ContainerOptions
+	if meta.Kind == kindImageVolume {
+		// overlay then mounts the image's layers alone, without a writable
+		// upper layer: read-only on the host too, not only in the container.
+		opts = &storage.ContainerOptions{MountOpts: []string{"ro"}}
+	}
+	_, err = s.store.CreateContainer(id, names, imageID, "", string(raw), opts)
 	if errors.Is(err, storage.ErrDuplicateID) {
 		if c, cerr := s.store.Container(id); cerr == nil && c.ImageID == imageID {
 			if m, ok := parseOwnerMeta(c.Metadata); ok && m.Kind == meta.Kind && m.Owner == meta.Owner {
@@ -201,11 +207,12 @@ func imageVolumeID(containerID, imageID string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// MountImageVolume mounts the image imageRef names (a CRI Mount.image) for
-// a container and returns the host path, to be bind-mounted read-only into
-// the container (the ro is the bind mount's job; the host path is the
-// image's files on a private writable layer, so nothing written through it
-// could reach the image or another container). It is idempotent.
+// MountImageVolume mounts the image imageRef names (a CRI Mount.image)
+// read-only for a container and returns the host path, to be bind-mounted
+// (read-only as well) into the container. With overlay the mount itself is
+// read-only; vfs cannot do that, and there the path is a private copy, so
+// writes could reach neither the image nor another container. It is
+// idempotent.
 func (s *Store) MountImageVolume(ctx context.Context, containerID, imageRef string) (string, error) {
 	if containerID == "" {
 		return "", fmt.Errorf("%w: empty container ID", errdefs.ErrInvalid)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/podunit/podunit/errdefs"
@@ -127,6 +128,9 @@ func TestContainerRootfsLifecycle(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(volPath, "written")); err == nil {
 		t.Fatal("the container's writes show in the image volume")
+	}
+	if err := os.WriteFile(filepath.Join(volPath, "x"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("writing into the image volume on the host: %v; want EROFS", err)
 	}
 
 	// A restart finds the mounts, not doubles them. storage caches stores
