@@ -248,6 +248,7 @@ func (s *Store) dropOrphanLayers(ctx context.Context, before map[string]bool) {
 type pullGroup struct {
 	mu      sync.Mutex
 	flights map[string]*flight
+	running sync.WaitGroup // download goroutines, for Close
 	sem     chan struct{}
 	// active is held shared by every download and exclusively while
 	// reclaiming a failed pull's layers.
@@ -276,7 +277,9 @@ func (g *pullGroup) do(ctx context.Context, key string, fn func(context.Context)
 		fctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 		f = &flight{done: make(chan struct{}), cancel: cancel}
 		g.flights[key] = f
+		g.running.Add(1)
 		go func() {
+			defer g.running.Done()
 			id, err := fn(fctx)
 			g.mu.Lock()
 			if g.flights[key] == f {
@@ -327,11 +330,13 @@ func (g *pullGroup) acquire(ctx context.Context) (func(), error) {
 func (g *pullGroup) tryExclusive() bool { return g.active.TryLock() }
 func (g *pullGroup) endExclusive()      { g.active.Unlock() }
 
-// cancelAll aborts every download, for Close.
+// cancelAll aborts every download and waits for them to end, for Close:
+// the store must not shut down under a download still writing to it.
 func (g *pullGroup) cancelAll() {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	for _, f := range g.flights {
 		f.cancel(errors.New("image store closing"))
 	}
+	g.mu.Unlock()
+	g.running.Wait()
 }

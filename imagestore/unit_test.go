@@ -404,3 +404,28 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+func TestPullGroupCancelAllWaits(t *testing.T) {
+	g := newPullGroup(1)
+	var ended atomic.Bool
+	started := make(chan struct{})
+	errs := make(chan error, 1)
+	go func() {
+		_, err := g.do(context.Background(), "k", func(ctx context.Context) (string, error) {
+			close(started)
+			<-ctx.Done()
+			time.Sleep(50 * time.Millisecond) // cleanup after cancellation
+			ended.Store(true)
+			return "", context.Cause(ctx)
+		})
+		errs <- err
+	}()
+	<-started
+	g.cancelAll()
+	if !ended.Load() {
+		t.Fatal("cancelAll returned before the download ended")
+	}
+	if err := <-errs; err == nil || !strings.Contains(err.Error(), "closing") {
+		t.Fatalf("waiter got %v", err)
+	}
+}
