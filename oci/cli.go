@@ -125,7 +125,11 @@ func (c *CLI) execArgv(id, processFile, pidFile, consoleSocket string) []string 
 
 func (c *CLI) killArgv(id string, sig syscall.Signal, all bool) []string {
 	argv := append(c.global(), "kill")
-	if all {
+	// crun without a cgroup manager has no process list for --all and
+	// silently signals nothing; the init is what it can reach (SIGKILL of a
+	// PID namespace's init ends the namespace; systemd's stop covers the
+	// unit's whole cgroup).
+	if all && c.flavor != FlavorCrun {
 		argv = append(argv, "--all")
 	}
 	return append(argv, id, strconv.Itoa(int(sig)))

@@ -2,23 +2,17 @@ package oci
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-
-	"github.com/podunit/podunit/errdefs"
 )
 
 // MaxExecSyncOutput caps each of ExecSync's stdout and stderr, like the
@@ -112,120 +106,7 @@ func (b *tailBuffer) String() string {
 	return string(b.buf)
 }
 
-// Exec implements Runtime. The runtime runs in the foreground and passes its
-// stdio to the process; a terminal exec gets a pty through a console socket.
-func (c *CLI) Exec(ctx context.Context, id string, p ExecProcess) (exitCode int, retErr error) {
-	if len(p.Process.Args) == 0 {
-		return -1, invalid("exec", "no command")
-	}
-	if err := os.MkdirAll(c.cfg.ExecDir, 0o700); err != nil {
-		return -1, fmt.Errorf("exec dir: %w", err)
-	}
-	dir, err := os.MkdirTemp(c.cfg.ExecDir, "exec-")
-	if err != nil {
-		return -1, fmt.Errorf("exec dir: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	procJSON, err := json.Marshal(p.Process)
-	if err != nil {
-		return -1, fmt.Errorf("encode process: %w", err)
-	}
-	procFile, pidFile := filepath.Join(dir, "process.json"), filepath.Join(dir, "pid")
-	if err := os.WriteFile(procFile, procJSON, 0o600); err != nil {
-		return -1, err
-	}
-	var console *ConsoleSocket
-	if p.Process.Terminal {
-		if console, err = NewConsoleSocket(filepath.Join(dir, "console.sock")); err != nil {
-			return -1, err
-		}
-		defer console.Close()
-	}
-	consolePath := ""
-	if console != nil {
-		consolePath = console.Path()
-	}
-	argv := c.execArgv(id, procFile, pidFile, consolePath)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	errTail := &tailBuffer{max: 4096}
-	if console == nil {
-		cmd.Stdin = p.Stdin
-		cmd.Stdout = orDiscard(p.Stdout)
-		cmd.Stderr = io.MultiWriter(orDiscard(p.Stderr), errTail)
-	} else {
-		cmd.Stderr = errTail
-	}
-	// A process that leaves a daemon holding its stdout must not hang us
-	// after it exits.
-	cmd.WaitDelay = 2 * time.Second
-	if err := cmd.Start(); err != nil {
-		return -1, fmt.Errorf("%s exec: %w", c.cfg.Name, err)
-	}
-	var werr error
-	exited := make(chan struct{})
-	go func() { werr = cmd.Wait(); close(exited) }()
-
-	// The runtime does not kill its process when it dies itself: on
-	// timeout, kill the exec'd process, which makes the runtime return.
-	var killed atomic.Bool
-	go func() {
-		select {
-		case <-exited:
-		case <-ctx.Done():
-			killed.Store(true)
-			killByPidFile(pidFile, exited)
-		}
-	}()
-
-	var ioWG sync.WaitGroup
-	var master *os.File
-	if console != nil {
-		rctx, cancel := context.WithCancel(ctx)
-		go func() {
-			select {
-			case <-exited:
-			case <-rctx.Done():
-			}
-			cancel()
-		}()
-		if master, err = console.ReceiveMaster(rctx); err == nil {
-			c.pumpTerminal(master, p, exited, &ioWG)
-		}
-	}
-
-	<-exited
-	if master != nil {
-		// Output ends with EIO when the last slave fd closes; a background
-		// child keeping it open must not hold the exec forever.
-		drained := make(chan struct{})
-		go func() { ioWG.Wait(); close(drained) }()
-		select {
-		case <-drained:
-		case <-time.After(2 * time.Second):
-		}
-		master.Close()
-		ioWG.Wait()
-	}
-	code := exitStatus(cmd, werr)
-	if killed.Load() {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return code, fmt.Errorf("exec in %s: command %q timed out: %w", id, p.Process.Args, errdefs.ErrDeadline)
-		}
-		return code, fmt.Errorf("exec in %s: %w", id, ctx.Err())
-	}
-	if werr != nil && !isExit(werr) {
-		return code, fmt.Errorf("%s exec: %w", c.cfg.Name, werr)
-	}
-	if code != 0 {
-		if _, err := os.Stat(pidFile); err != nil {
-			// No process was started: the code and message are the runtime's.
-			return code, classify(c.cfg.Name+" exec", errTail.String(), werr)
-		}
-	}
-	return code, nil
-}
-
-func (c *CLI) pumpTerminal(master *os.File, p ExecProcess, exited <-chan struct{}, wg *sync.WaitGroup) {
+func pumpTerminal(master *os.File, p ExecProcess, exited <-chan struct{}, wg *sync.WaitGroup) {
 	if p.Stdin != nil {
 		go func() { _, _ = io.Copy(master, p.Stdin) }()
 	}

@@ -121,6 +121,12 @@ type Host struct {
 	Arch string
 }
 
+// SpecVersion is the ociVersion podunit writes. The spec is generated with
+// runtime-spec v1.3.0's types, but crun before 1.9 rejects any version that
+// is not 1.0.x ("unknown version specified"); runc and crun decide behaviour
+// by the fields present, not by this string.
+const SpecVersion = "1.0.2-dev"
+
 // SpecOpt is one pure step of spec generation.
 type SpecOpt func(*specs.Spec) error
 
@@ -130,7 +136,7 @@ func GenerateSpec(in SpecInput) (*specs.Spec, error) {
 	if err := validateInput(&in); err != nil {
 		return nil, err
 	}
-	s := &specs.Spec{Version: specs.Version}
+	s := &specs.Spec{Version: SpecVersion}
 	for _, o := range specOpts(&in) {
 		if err := o(s); err != nil {
 			return nil, fmt.Errorf("container %s: %w", in.ContainerID, err)

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"testing"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/podunit/podunit/errdefs"
@@ -76,7 +75,7 @@ func TestGenerateSpec(t *testing.T) {
 	if m := findMount(s, "/etc/resolv.conf"); m == nil || !slices.Contains(m.Options, "ro") {
 		t.Errorf("resolv.conf = %+v", m)
 	}
-	if len(s.Linux.MaskedPaths) == 0 || s.Annotations["a"] != "b" || s.Version != specs.Version {
+	if len(s.Linux.MaskedPaths) == 0 || s.Annotations["a"] != "b" || s.Version != SpecVersion {
 		t.Errorf("spec = %+v", s)
 	}
 	if !slices.Equal(p.Capabilities.Bounding, DefaultCapabilities) {

@@ -1,0 +1,89 @@
+//go:build integration
+
+package oci
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// testSecurity starts containers from GenerateSpec output and checks, from
+// inside, that the runtime applied what the spec says.
+func testSecurity(t *testing.T, r *rig) {
+	i64 := func(v int64) *runtimeapi.Int64Value { return &runtimeapi.Int64Value{Value: v} }
+
+	t.Run("user, groups, seccomp, no_new_privs", func(t *testing.T) {
+		r.start("sec1", sleeper(&runtimeapi.LinuxContainerSecurityContext{
+			RunAsUser: i64(1000), SupplementalGroups: []int64{1234, 5678}, NoNewPrivs: true,
+			Seccomp: &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault},
+		}), nil)
+		if out := r.mustExec("sec1", "id", "-u"); out != "1000\n" {
+			t.Errorf("id -u = %q", out)
+		}
+		if out := r.mustExec("sec1", "id", "-G"); !strings.Contains(out, "1234") || !strings.Contains(out, "5678") {
+			t.Errorf("id -G = %q", out)
+		}
+		status := r.mustExec("sec1", "cat", "/proc/self/status")
+		if !strings.Contains(status, "Seccomp:\t2") || !strings.Contains(status, "NoNewPrivs:\t1") {
+			t.Errorf("status lacks seccomp filter / nnp:\n%s", status)
+		}
+		if res, _ := r.execSync("sec1", 10*time.Second, "hostname", "x"); res.ExitCode == 0 {
+			t.Error("sethostname allowed under RuntimeDefault without SYS_ADMIN")
+		}
+	})
+
+	t.Run("capabilities, masked and readonly paths, readonly rootfs", func(t *testing.T) {
+		r.start("sec2", sleeper(&runtimeapi.LinuxContainerSecurityContext{
+			Capabilities: &runtimeapi.Capability{DropCapabilities: []string{"ALL"}},
+			// The test rootfs's /bin/ls is a symlink to busybox, which a mask
+			// would follow; /etc/group is a plain file.
+			MaskedPaths:    []string{"/etc/group"},
+			ReadonlyPaths:  []string{"/tmp"},
+			ReadonlyRootfs: true,
+		}), nil)
+		if out := r.mustExec("sec2", "grep", "CapBnd", "/proc/self/status"); !strings.Contains(out, "0000000000000000") {
+			t.Errorf("CapBnd = %q", out)
+		}
+		if out := r.mustExec("sec2", "cat", "/etc/group"); out != "" {
+			t.Errorf("masked /etc/group reads %q", out)
+		}
+		res, _ := r.execSync("sec2", 10*time.Second, "touch", "/tmp/x")
+		if res.ExitCode == 0 || !strings.Contains(string(res.Stderr), "Read-only file system") {
+			t.Errorf("readonly /tmp: %q", res.Stderr)
+		}
+		res, _ = r.execSync("sec2", 10*time.Second, "touch", "/newfile")
+		if res.ExitCode == 0 {
+			t.Error("rootfs writable")
+		}
+		if out := r.mustExec("sec2", "cat", "/etc/resolv.conf"); out != "nameserver 127.0.0.53\n" {
+			t.Errorf("resolv.conf = %q", out)
+		}
+	})
+
+	t.Run("recursive read-only mount", func(t *testing.T) {
+		host := filepath.Join(r.dir, "rro")
+		sub := filepath.Join(host, "tmpfs")
+		if err := os.MkdirAll(sub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("none", sub, "tmpfs", 0, ""); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(sub, unix.MNT_DETACH) })
+		r.start("rro", sleeper(nil,
+			&runtimeapi.Mount{HostPath: host, ContainerPath: "/mnt", Readonly: true, RecursiveReadOnly: true},
+			&runtimeapi.Mount{HostPath: host, ContainerPath: "/mnt2", Readonly: true},
+		), nil)
+		res, _ := r.execSync("rro", 10*time.Second, "touch", "/mnt/tmpfs/file")
+		if res.ExitCode == 0 || !strings.Contains(string(res.Stderr), "Read-only file system") {
+			t.Errorf("rro submount writable: %+v %q", res, res.Stderr)
+		}
+		r.mustExec("rro", "touch", "/mnt2/tmpfs/file") // plain ro: submount stays writable
+	})
+}

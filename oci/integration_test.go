@@ -1,0 +1,331 @@
+//go:build integration
+
+package oci
+
+// Real runc and crun, as root on the host. Run with
+//   go test -tags integration -run Integration ./oci/
+// crun refuses hosts whose unified cgroup hierarchy has controllers in hybrid
+// mode (this machine: hugetlb); TestMain then re-runs the tests in a private
+// mount namespace where that file reads empty, which is what crun sees inside
+// podunit's systemd harness.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/podunit/podunit/errdefs"
+)
+
+const unifiedControllers = "/sys/fs/cgroup/unified/cgroup.controllers"
+
+func TestMain(m *testing.M) {
+	if os.Getenv("PODUNIT_OCI_MNTNS") == "" {
+		if b, err := os.ReadFile(unifiedControllers); err == nil && len(bytes.TrimSpace(b)) > 0 {
+			cmd := exec.Command("unshare", append([]string{"-m", "--propagation", "private", "--", os.Args[0]}, os.Args[1:]...)...)
+			cmd.Env = append(os.Environ(), "PODUNIT_OCI_MNTNS=1")
+			cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+			if err := cmd.Run(); err != nil {
+				var ee *exec.ExitError
+				if errors.As(err, &ee) {
+					os.Exit(ee.ExitCode())
+				}
+				fmt.Fprintln(os.Stderr, "unshare:", err)
+				os.Exit(1)
+			}
+			os.Exit(0)
+		}
+	} else {
+		empty := filepath.Join(os.TempDir(), fmt.Sprintf("podunit-empty-%d", os.Getpid()))
+		if err := os.WriteFile(empty, nil, 0o444); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		defer os.Remove(empty)
+		if err := unix.Mount(empty, unifiedControllers, "", unix.MS_BIND, ""); err != nil {
+			fmt.Fprintln(os.Stderr, "bind empty controllers:", err)
+			os.Exit(1)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+type rig struct {
+	t        *testing.T
+	rt       *CLI
+	dir      string
+	rootfs   string
+	cgParent string
+}
+
+func newRig(t *testing.T, flavor Flavor) *rig {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("integration tests need root")
+	}
+	dir := t.TempDir()
+	bb := filepath.Join(dir, "bb")
+	out, err := exec.Command("/work/shared/harness/make-busybox-bundle.sh", bb).CombinedOutput()
+	if err != nil {
+		t.Fatalf("make-busybox-bundle: %v\n%s", err, out)
+	}
+	cfg := CLIConfig{Root: filepath.Join(dir, "root"), ExecDir: filepath.Join(dir, "exec")}
+	rt := NewRunc(cfg)
+	if flavor == FlavorCrun {
+		rt = NewCrun(cfg)
+	}
+	r := &rig{t: t, rt: rt, dir: dir, rootfs: filepath.Join(bb, "rootfs"),
+		cgParent: fmt.Sprintf("/podunit-octest-%d-%s", os.Getpid(), rt.Name())}
+	t.Cleanup(r.cleanup)
+	return r
+}
+
+// cleanup removes every container the test left and the test's cgroups.
+func (r *rig) cleanup() {
+	ctx := context.Background()
+	states, _ := r.rt.List(ctx)
+	for _, s := range states {
+		_ = r.rt.Delete(ctx, s.ID, true)
+	}
+	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + r.cgParent)
+	for _, d := range dirs {
+		subs, _ := filepath.Glob(d + "/*/")
+		for _, s := range subs {
+			_ = os.Remove(s)
+		}
+		if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+			r.t.Errorf("cgroup cleanup: %v", err)
+		}
+	}
+}
+
+// start generates a spec for cfg, writes the bundle and runs the unit's
+// ExecStart argv directly.
+func (r *rig) start(id string, cfg *runtimeapi.ContainerConfig, mutate func(*SpecInput)) *specs.Spec {
+	r.t.Helper()
+	bundle := filepath.Join(r.dir, "bundles", id)
+	if err := os.MkdirAll(bundle, 0o700); err != nil {
+		r.t.Fatal(err)
+	}
+	files := PodFiles{}
+	for name, content := range map[string]string{"hosts": "127.0.0.1 localhost\n", "resolv.conf": "nameserver 127.0.0.53\n", "hostname": "pod\n"} {
+		p := filepath.Join(r.dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			r.t.Fatal(err)
+		}
+		switch name {
+		case "hosts":
+			files.Hosts = p
+		case "resolv.conf":
+			files.ResolvConf = p
+		default:
+			files.Hostname = p
+		}
+	}
+	sc := cfg.GetLinux().GetSecurityContext()
+	user, err := ResolveUser(r.rootfs, sc, "")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	caps, err := HostCapabilities()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	adj, err := CurrentOOMScoreAdj()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	in := SpecInput{
+		ContainerID:   id,
+		Config:        cfg,
+		SandboxConfig: &runtimeapi.PodSandboxConfig{Hostname: "pod"},
+		RootfsPath:    r.rootfs,
+		CgroupsPath:   r.cgParent + "/" + id,
+		PodFiles:      files,
+		ResolvedUser:  user,
+		Host:          Host{Capabilities: caps, OOMScoreAdjMin: &adj},
+	}
+	if mutate != nil {
+		mutate(&in)
+	}
+	spec, err := GenerateSpec(in)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := WriteBundle(bundle, spec); err != nil {
+		r.t.Fatal(err)
+	}
+	argv := r.rt.RunArgv(id, bundle, filepath.Join(bundle, "pid"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The container inherits the runtime's stdio (journald under systemd):
+	// a file here, since a pipe would stay open for the container's life.
+	logf, err := os.Create(filepath.Join(bundle, "output.log"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Run(); err != nil {
+		out, _ := os.ReadFile(logf.Name())
+		r.t.Fatalf("%v: %v\n%s", argv, err, out)
+	}
+	return spec
+}
+
+func sleeper(sc *runtimeapi.LinuxContainerSecurityContext, mounts ...*runtimeapi.Mount) *runtimeapi.ContainerConfig {
+	return &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "t"},
+		Command:  []string{"sh", "-c", "trap 'exit 0' TERM; sleep 1000 & wait"},
+		Mounts:   mounts,
+		Linux:    &runtimeapi.LinuxContainerConfig{SecurityContext: sc},
+	}
+}
+
+func (r *rig) execSync(id string, timeout time.Duration, args ...string) (*ExecSyncResult, error) {
+	spec, err := ReadBundle(filepath.Join(r.dir, "bundles", id))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return ExecSync(context.Background(), r.rt, id, ExecProcessSpec(spec, args, false), timeout)
+}
+
+func (r *rig) mustExec(id string, args ...string) string {
+	r.t.Helper()
+	res, err := r.execSync(id, 10*time.Second, args...)
+	if err != nil || res.ExitCode != 0 {
+		r.t.Fatalf("exec %q: code %d err %v stdout %q stderr %q", args, res.ExitCode, err, res.Stdout, res.Stderr)
+	}
+	return string(res.Stdout)
+}
+
+func TestIntegrationRunc(t *testing.T) { testLifecycle(t, FlavorRunc) }
+func TestIntegrationCrun(t *testing.T) { testLifecycle(t, FlavorCrun) }
+
+func testLifecycle(t *testing.T, flavor Flavor) {
+	r := newRig(t, flavor)
+	ctx := context.Background()
+	r.start("life", sleeper(nil), nil)
+
+	st, err := r.rt.State(ctx, "life")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidFile, _ := os.ReadFile(filepath.Join(r.dir, "bundles", "life", "pid"))
+	if st.Status != StatusRunning || strconv.Itoa(st.Pid) != strings.TrimSpace(string(pidFile)) || st.ID != "life" {
+		t.Fatalf("state = %+v, pid file %q", st, pidFile)
+	}
+	if l, err := r.rt.List(ctx); err != nil || len(l) != 1 || l[0].ID != "life" {
+		t.Fatalf("list = %+v, %v", l, err)
+	}
+
+	t.Run("exec captures output and exit code", func(t *testing.T) {
+		res, err := r.execSync("life", 10*time.Second, "sh", "-c", "echo out; echo err >&2; exit 3")
+		if err != nil || res.ExitCode != 3 || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" {
+			t.Fatalf("res = %+v (%q/%q), err %v", res, res.Stdout, res.Stderr, err)
+		}
+	})
+	t.Run("exec output is capped", func(t *testing.T) {
+		res, err := r.execSync("life", 30*time.Second, "sh", "-c", "head -c 17000000 /dev/zero")
+		if err != nil || res.ExitCode != 0 || len(res.Stdout) != MaxExecSyncOutput {
+			t.Fatalf("code %d len %d err %v", res.ExitCode, len(res.Stdout), err)
+		}
+	})
+	t.Run("exec timeout kills the process", func(t *testing.T) {
+		start := time.Now()
+		_, err := r.execSync("life", time.Second, "sleep", "4321")
+		if !errors.Is(err, errdefs.ErrDeadline) {
+			t.Fatalf("err = %v, want ErrDeadline", err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("timeout took %v", d)
+		}
+		if out := r.mustExec("life", "sh", "-c", "pgrep -f 'sleep 4321' || true"); strings.TrimSpace(out) != "" {
+			t.Errorf("timed-out process still running: %q", out)
+		}
+	})
+	t.Run("exec of a missing binary is an error", func(t *testing.T) {
+		res, err := r.execSync("life", 10*time.Second, "/no/such/binary")
+		if err == nil && res.ExitCode == 0 {
+			t.Fatalf("res = %+v", res)
+		}
+	})
+	t.Run("exec with a terminal", func(t *testing.T) {
+		spec, _ := ReadBundle(filepath.Join(r.dir, "bundles", "life"))
+		p := ExecProcessSpec(spec, []string{"sh", "-c", "tty; stty size"}, true)
+		p.ConsoleSize = &specs.Box{Height: 33, Width: 101}
+		var out bytes.Buffer
+		code, err := r.rt.Exec(ctx, "life", ExecProcess{Process: p, Stdout: &out})
+		if err != nil || code != 0 || !strings.Contains(out.String(), "/dev/pts/") || !strings.Contains(out.String(), "33 101") {
+			t.Fatalf("code %d err %v output %q", code, err, out.String())
+		}
+	})
+	t.Run("exec in unknown container", func(t *testing.T) {
+		_, err := ExecSync(ctx, r.rt, "nope", ExecProcessSpec(nil, []string{"true"}, false), 5*time.Second)
+		if !errors.Is(err, errdefs.ErrNotFound) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+
+	if err := r.rt.Kill(ctx, "life", syscall.SIGKILL, true); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err = r.rt.State(ctx, "life")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Status == StatusStopped || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st.Status != StatusStopped {
+		procStatus, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", st.Pid))
+		t.Fatalf("status after kill = %+v\n%s", st, procStatus)
+	}
+	if err := r.rt.Kill(ctx, "life", syscall.SIGKILL, false); !errors.Is(err, errdefs.ErrPrecondition) && !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("kill of a stopped container: %v", err)
+	}
+	if err := r.rt.Kill(ctx, "nope", syscall.SIGTERM, false); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("kill unknown: %v", err)
+	}
+	if err := r.rt.Delete(ctx, "life", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.rt.State(ctx, "life"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("state after delete: %v", err)
+	}
+	if err := r.rt.Delete(ctx, "life", false); err != nil {
+		t.Errorf("second delete: %v", err)
+	}
+	if l, err := r.rt.List(ctx); err != nil || len(l) != 0 {
+		t.Errorf("list after delete = %+v, %v", l, err)
+	}
+
+	t.Run("force delete of a running container", func(t *testing.T) {
+		r.start("force", sleeper(nil), nil)
+		if err := r.rt.Delete(ctx, "force", true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.rt.State(ctx, "force"); !errors.Is(err, errdefs.ErrNotFound) {
+			t.Errorf("state: %v", err)
+		}
+	})
+	t.Run("generated security settings hold", func(t *testing.T) { testSecurity(t, r) })
+}
