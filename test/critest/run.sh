@@ -16,7 +16,9 @@
 #   * the harness boots with --host-net --net-rw --host-ipc: critest on the host
 #     reaches pod IPs over the CNI bridge and host ports (12000-12003), podunit
 #     reaches the image registry on 127.0.0.1:5000, and the HostIpc specs see
-#     the SysV segments critest creates on the host with ipcmk;
+#     the SysV segments critest creates on the host with ipcmk; critest's
+#     TMPDIR is a --shared-bind, so the host paths it makes for volumes, logs
+#     and seccomp profiles exist inside, and mounts propagate both ways;
 #   * podunit runs inside as podunit.service with registries.conf/policy.json
 #     from this directory (every critest registry rewritten to the local one)
 #     and the CNI config in test/cni (bridge pu-test0, 10.214.0.0/16, no default
@@ -122,7 +124,7 @@ BASE=$(mktemp -d /tmp/puc-XXXXXX)   # short: sockets live in $BASE/sd/run
 D=$BASE/sd
 SOCK=$D/run/podunit/podunit.sock
 ENDPOINT=unix://$SOCK
-mkdir -p "$BASE/lib" "$BASE/pods" "$BASE/etc"
+mkdir -p "$BASE/lib" "$BASE/pods" "$BASE/etc" "$BASE/tmp"
 cat /proc/sys/net/ipv4/ip_forward >"$BASE/ip_forward.orig"
 ipcs -m | awk '$2 ~ /^[0-9]+$/ {print $2}' >"$BASE/shm.before"
 
@@ -130,7 +132,9 @@ ipcs -m | awk '$2 ~ /^[0-9]+$/ {print $2}' >"$BASE/shm.before"
 iptables -I FORWARD -s "$SUBNET" ! -d "$SUBNET" -m comment --comment podunit-critest -j DROP
 iptables -I FORWARD -d "$SUBNET" ! -s "$SUBNET" -m comment --comment podunit-critest -j DROP
 
-bash "$HARNESS" start "$D" --host-net --net-rw --host-ipc \
+# critest makes host paths (volumes, log dirs, seccomp profiles) in its TMPDIR
+# and mounts there for the propagation specs: a shared bind at the same path
+bash "$HARNESS" start "$D" --host-net --net-rw --host-ipc --shared-bind "$BASE/tmp" \
 	--bind "$REPO" --bind "$BASE/lib:/var/lib/podunit" --bind "$BASE/pods:/var/log/pods" \
 	--bind "$BASE/etc:/etc/podunit" >"$BASE/env"
 
@@ -169,7 +173,7 @@ args=(-runtime-endpoint "$ENDPOINT" -image-endpoint "$ENDPOINT"
 [[ -n $CRITEST_ARGS ]] && args+=($CRITEST_ARGS)
 log "critest ${args[*]}  (log: $CRITEST_OUT/critest.log)"
 crc=0
-critest "${args[@]}" >"$CRITEST_OUT/critest.log" 2>&1 || crc=$?
+TMPDIR=$BASE/tmp critest "${args[@]}" >"$CRITEST_OUT/critest.log" 2>&1 || crc=$?
 grep -E '^\s*\[FAIL\]' "$CRITEST_OUT/critest.log" | sort -u | sed 's/^ */  /' || true
 [[ -s $CRITEST_OUT/report.json ]] || { tail -n 40 "$CRITEST_OUT/critest.log" >&2; die "critest wrote no report (exit $crc)"; }
 

@@ -54,6 +54,9 @@ type Options struct {
 	HostIPC bool
 	// Binds are extra "SRC[:DST]" host paths to bind in.
 	Binds []string
+	// SharedBinds are host directories bound in at the same path with mount
+	// propagation in both directions (see --shared-bind in the script).
+	SharedBinds []string
 }
 
 // Harness is one booted systemd. Fields are host paths unless named Inside.
@@ -122,6 +125,9 @@ func Start(t testing.TB, opts Options) *Harness {
 	}
 	for _, b := range opts.Binds {
 		args = append(args, "--bind", b)
+	}
+	for _, b := range opts.SharedBinds {
+		args = append(args, "--shared-bind", b)
 	}
 	if opts.HostNet {
 		args = append(args, "--host-net")

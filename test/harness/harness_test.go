@@ -4,6 +4,7 @@ package harness
 
 import (
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -77,4 +78,42 @@ func readlinks(t *testing.T, paths ...string) string {
 		out = append(out, l)
 	}
 	return strings.Join(out, "\n")
+}
+
+// critest mounts on the host below its TMPDIR and expects containers to see
+// it, and the reverse: a shared bind must propagate both ways, and stop must
+// leave no mount on the host.
+func TestHarnessSharedBindPropagatesBothWays(t *testing.T) {
+	dir, err := os.MkdirTemp("/tmp", "puhs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	for _, d := range []string{"src", "fromhost", "frominside"} {
+		if err := os.Mkdir(dir+"/"+d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(dir+"/src/flag", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var h *Harness
+	t.Run("harness", func(t *testing.T) {
+		h = Start(t, Options{SharedBinds: []string{dir}})
+		if out, err := exec.Command("mount", "-n", "--bind", dir+"/src", dir+"/fromhost").CombinedOutput(); err != nil {
+			t.Fatalf("host mount: %v\n%s", err, out)
+		}
+		h.MustExec("test", "-e", dir+"/fromhost/flag")
+		h.MustExec("mount", "-n", "--bind", "/etc", dir+"/frominside")
+		if _, err := os.Stat(dir + "/frominside/passwd"); err != nil {
+			t.Fatalf("mount made inside is not visible on the host: %v", err)
+		}
+	})
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mi), " "+dir) {
+		t.Fatalf("mounts under %s left on the host after stop:\n%s", dir, mi)
+	}
 }

@@ -7,7 +7,8 @@
 # copy-on-write view of the host root, so tests get a real manager in ~0.5 s and
 # throw it away in ~0.2 s. Go tests drive it through test/harness (harness.go).
 #
-#   start DIR [--bind SRC[:DST]]... [--host-net] [--host-ipc] [--net-rw] [--unified] [--timeout SEC]
+#   start DIR [--bind SRC[:DST]]... [--shared-bind DIR]... [--host-net] [--host-ipc] [--net-rw]
+#             [--unified] [--timeout SEC]
 #       boot; prints `KEY=value` lines (see `env`) once SystemState is
 #       running/degraded. DIR must not exist (a dir left by a crashed run is
 #       cleaned first). Keep DIR short: sockets end up in DIR/run (<108 chars).
@@ -15,6 +16,12 @@
 #                     the only way to make writes survive or be seen by the host
 #                     apart from /run. Storage for overlay mounts MUST be bound:
 #                     overlayfs cannot use the harness' own overlay as upper.
+#         --shared-bind  like --bind (same path), but mounts propagate both
+#                     ways between host and harness below it: the host path
+#                     becomes a shared mount point (removed by stop), every
+#                     other mount in the harness is made private before boot.
+#                     For critest, which mounts on the host in its temp dir and
+#                     expects containers to see it (and the reverse).
 #         --host-net  share the host's network namespace (pods reachable from
 #                     the host, 127.0.0.1:5000 registry reachable from inside).
 #                     /proc/sys/net stays read-only unless --net-rw.
@@ -127,10 +134,36 @@ print_env() {
   echo "DBUS_SYSTEM_BUS_ADDRESS=unix:path=$D/run/dbus/system_bus_socket"
 }
 
+# mount points of this mount namespace, octal escapes (\040 ...) decoded
+mountpoints() {
+  local mp
+  awk '{print $5}' /proc/self/mountinfo | while read -r mp; do
+    printf '%b\n' "$(printf '%s' "$mp" | sed 's/\\\([0-7][0-7][0-7]\)/\\0\1/g')"
+  done
+}
+under_shared() {  # MOUNTPOINT: is it one of $SHARED or below one?
+  local sp; for sp in $SHARED; do case $1/ in "$sp"/*) return 0 ;; esac; done; return 1
+}
+
 # ---------------------------------------------------------------- inside ----
 # Runs as PID 1 of the new pid/mount/cgroup/uts/ipc(/net) namespaces.
 inner() {
   local D=$1 R=$1/root
+  if [ -n "$SHARED" ]; then
+    # unshare kept the host's propagation so that the --shared-bind mounts stay
+    # peers of the host's; everything else is made private before we mount
+    # anything, so nothing below can propagate back to the host.
+    local mp
+    while read -r mp; do
+      under_shared "$mp" || mount -n --make-private "$mp" 2>/dev/null || true
+    done < <(mountpoints)
+    if awk -v s="$SHARED" 'BEGIN { n = split(s, sp, " ") }
+        / shared:[0-9]/ { ok = 0; for (i = 1; i <= n; i++) if ($5 == sp[i] || index($5, sp[i] "/") == 1) ok = 1
+                          if (!ok) { print "podunit-harness: host mount stayed shared: " $5; bad = 1 } }
+        END { exit !bad }' /proc/self/mountinfo >&2; then
+      exit 1
+    fi
+  fi
   # everything below happens in our private mount namespace only
   mount -n -t tmpfs -o mode=755 harness-upper "$D/ovl"
   mkdir "$D/ovl/upper" "$D/ovl/work"
@@ -252,7 +285,12 @@ do_stop() {
     alive "$up" && kill -KILL "$up" 2>/dev/null || true
     for i in $(seq 100); do alive "$up" || alive "$p1" || break; sleep 0.05; done
   fi
-  local rc=0
+  local rc=0 p
+  if [ -f "$D/shared" ]; then   # the --shared-bind mount points made on the host
+    while read -r p; do
+      grep -qF " $p " /proc/self/mountinfo && { umount -n -R "$p" || rc=1; }
+    done < "$D/shared"
+  fi
   cleanup_cgroups "$D" || rc=1
   # the mounts lived only in the dead namespace; never rm -rf through a live mount
   if grep -qF " $D/" /proc/self/mountinfo; then
@@ -266,7 +304,7 @@ do_stop() {
 
 do_start() {
   local D=$1; shift
-  local MODE=hybrid HOST_NET=0 HOST_IPC=0 NET_RW=0 TIMEOUT=30 BINDS=""
+  local MODE=hybrid HOST_NET=0 HOST_IPC=0 NET_RW=0 TIMEOUT=30 BINDS="" SHARED=""
   while [ $# -gt 0 ]; do
     case $1 in
       --bind) [ $# -ge 2 ] || die "--bind needs an argument"
@@ -278,6 +316,10 @@ do_start() {
       --host-net) HOST_NET=1; shift ;;
       --host-ipc) HOST_IPC=1; shift ;;
       --net-rw) NET_RW=1; shift ;;
+      --shared-bind) [ $# -ge 2 ] || die "--shared-bind needs an argument"
+              src=$(realpath -e "$2") || die "no such path: $2"; [ -d "$src" ] || die "--shared-bind: not a directory: $2"
+              case "$src" in *' '*) die "bind paths must not contain spaces";; esac
+              SHARED="$SHARED $src"; BINDS="$BINDS $src:$src"; shift 2 ;;
       --timeout) TIMEOUT=$2; shift 2 ;;
       *) die "unknown option $1" ;;
     esac
@@ -308,13 +350,20 @@ do_start() {
     for c in $(cat "${dir%/*}/cgroup.controllers"); do echo "+$c" > "${dir%/*}/cgroup.subtree_control" 2>/dev/null || true; done
   fi
   [ "$NET_RW" = 0 ] || [ "$HOST_NET" = 1 ] || die "--net-rw only makes sense with --host-net"
+  local propagation=private p
+  : > "$D/shared"
+  for p in $SHARED; do   # a shared mount point on the host, removed again by stop
+    mount -n --bind "$p" "$p" && echo "$p" >> "$D/shared" && mount -n --make-shared "$p" || die "--shared-bind $p failed"
+    propagation=unchanged
+  done
   local nsflags=(--pid --mount --cgroup --uts)
   [ "$HOST_IPC" = 1 ] || nsflags+=(--ipc)
   [ "$HOST_NET" = 1 ] || nsflags+=(--net)
   (
     while read -r mp dir; do echo "$BASHPID" > "$dir/cgroup.procs"; done < "$D/cgroups"
-    exec unshare "${nsflags[@]}" --propagation private --kill-child -- \
-      env MODE="$MODE" HOST_NET="$HOST_NET" NET_RW="$NET_RW" BINDS="$BINDS" NAME="$NAME" bash "$SELF" __inner "$D"
+    exec unshare "${nsflags[@]}" --propagation "$propagation" --kill-child -- \
+      env MODE="$MODE" HOST_NET="$HOST_NET" NET_RW="$NET_RW" BINDS="$BINDS" SHARED="$SHARED" NAME="$NAME" \
+      bash "$SELF" __inner "$D"
   ) < /dev/null >> "$D/console.log" 2>&1 &
   local launcher=$!; echo $launcher > "$D/unshare.pid"
 
