@@ -274,6 +274,26 @@ func testLifecycle(t *testing.T, flavor Flavor) {
 			t.Fatalf("code %d err %v output %q", code, err, out.String())
 		}
 	})
+	t.Run("exec with a terminal: stdin and resize", func(t *testing.T) {
+		spec, _ := ReadBundle(filepath.Join(r.dir, "bundles", "life"))
+		p := ExecProcessSpec(spec, []string{"sh", "-c", "read x; echo got-$x; sleep 0.5; stty size"}, true)
+		p.ConsoleSize = &specs.Box{Height: 10, Width: 20}
+		resize := make(chan TerminalSize, 1)
+		resize <- TerminalSize{Width: 120, Height: 40}
+		var out bytes.Buffer
+		code, err := r.rt.Exec(ctx, "life", ExecProcess{Process: p, Stdin: strings.NewReader("hello\n"), Stdout: &out, Resize: resize})
+		if err != nil || code != 0 || !strings.Contains(out.String(), "got-hello") || !strings.Contains(out.String(), "40 120") {
+			t.Fatalf("code %d err %v output %q", code, err, out.String())
+		}
+	})
+	t.Run("exec stdin without a terminal", func(t *testing.T) {
+		spec, _ := ReadBundle(filepath.Join(r.dir, "bundles", "life"))
+		var out bytes.Buffer
+		code, err := r.rt.Exec(ctx, "life", ExecProcess{Process: ExecProcessSpec(spec, []string{"cat"}, false), Stdin: strings.NewReader("piped\n"), Stdout: &out})
+		if err != nil || code != 0 || out.String() != "piped\n" {
+			t.Fatalf("code %d err %v output %q", code, err, out.String())
+		}
+	})
 	t.Run("exec in unknown container", func(t *testing.T) {
 		_, err := ExecSync(ctx, r.rt, "nope", ExecProcessSpec(nil, []string{"true"}, false), 5*time.Second)
 		if !errors.Is(err, errdefs.ErrNotFound) {
