@@ -1,8 +1,3 @@
-//go:build podunit_images
-
-// The podunit_images tag keeps this file out of the build until the server
-// has its images field (Server.images *imagestore.Store): wiring removes the tag.
-
 package cri
 
 import (

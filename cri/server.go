@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/podunit/podunit/config"
+	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/systemd"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -23,6 +24,7 @@ const (
 type Deps struct {
 	Config  *config.Config
 	Systemd systemd.Conn
+	Images  *imagestore.Store
 	Version string
 	Logger  *slog.Logger
 	// Network reports whether pod networking is configured; nil means
@@ -39,6 +41,7 @@ type Server struct {
 
 	cfg     *config.Config
 	sd      systemd.Conn
+	images  *imagestore.Store
 	version string
 	log     *slog.Logger
 	network func(ctx context.Context) error
@@ -46,7 +49,7 @@ type Server struct {
 
 // New builds the server from its dependencies.
 func New(d Deps) *Server {
-	s := &Server{cfg: d.Config, sd: d.Systemd, version: d.Version, log: d.Logger, network: d.Network}
+	s := &Server{cfg: d.Config, sd: d.Systemd, images: d.Images, version: d.Version, log: d.Logger, network: d.Network}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/podunit/podunit/imagestore"
 	"os"
 	"runtime/debug"
 	"sort"
@@ -53,6 +54,11 @@ func usage() {
 }
 
 func main() {
+	// go.podman.io/storage re-executes this binary to apply layers in a
+	// private mount namespace; that child must do only that.
+	if imagestore.Reexec() {
+		return
+	}
 	args := os.Args[1:]
 	name := "serve"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {

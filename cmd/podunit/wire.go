@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/cri"
+	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/systemd"
 )
 
@@ -13,9 +15,13 @@ import (
 type services struct {
 	cri     *cri.Server
 	systemd *systemd.DBus
+	images  *imagestore.Store
 }
 
 func (s *services) close() {
+	if s.images != nil {
+		s.images.Close()
+	}
 	s.systemd.Close()
 }
 
@@ -32,6 +38,22 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger) (*services,
 		log.Warn("systemd not reachable over D-Bus yet", "err", err)
 	}
 	s := &services{systemd: sd}
-	s.cri = cri.New(cri.Deps{Config: cfg, Systemd: sd, Version: podunitVersion(), Logger: log})
+	images, err := imagestore.New(ctx, imagestore.Options{
+		Root:                cfg.Image.StorageRoot,
+		RunRoot:             cfg.Image.StorageRunRoot,
+		Driver:              cfg.Image.StorageDriver,
+		RegistriesConf:      cfg.Image.RegistriesConf,
+		PolicyPath:          cfg.Image.PolicyPath,
+		AuthFile:            cfg.Image.AuthFile,
+		PullProgressTimeout: cfg.Image.PullProgressTimeout.D(),
+		MaxParallelPulls:    cfg.Image.MaxParallelPulls,
+		PinnedImages:        []string{cfg.Image.PauseImage},
+		Logger:              log.With("component", "images"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("image store: %w", err)
+	}
+	s.images = images
+	s.cri = cri.New(cri.Deps{Config: cfg, Systemd: sd, Images: images, Version: podunitVersion(), Logger: log})
 	return s, nil
 }
