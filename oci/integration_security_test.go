@@ -87,3 +87,38 @@ func testSecurity(t *testing.T, r *rig) {
 		r.mustExec("rro", "touch", "/mnt2/tmpfs/file") // plain ro: submount stays writable
 	})
 }
+
+func TestIntegrationUserNamespace(t *testing.T) {
+	for _, f := range []Flavor{FlavorRunc, FlavorCrun} {
+		t.Run(newCLI(f, CLIConfig{}).Name(), func(t *testing.T) {
+			r := newRig(t, f)
+			// The mapped root is "others" on the host: it must be able to
+			// reach the rootfs through the test's private temp dirs.
+			for d := r.dir; d != filepath.Dir(d) && d != os.TempDir(); d = filepath.Dir(d) {
+				if err := os.Chmod(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Without idmapped mounts the rootfs must belong to the mapped
+			// IDs (the chown a userns-aware image store does).
+			err := filepath.Walk(r.rootfs, func(p string, _ os.FileInfo, err error) error {
+				if err != nil {
+					return err
+				}
+				return os.Lchown(p, 200000, 200000)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mapping := []*runtimeapi.IDMapping{{ContainerId: 0, HostId: 200000, Length: 65536}}
+			r.start("userns", sleeper(&runtimeapi.LinuxContainerSecurityContext{
+				NamespaceOptions: &runtimeapi.NamespaceOption{
+					UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: mapping, Gids: mapping},
+				},
+			}), nil)
+			if out := r.mustExec("userns", "cat", "/proc/self/uid_map"); !strings.Contains(strings.Join(strings.Fields(out), " "), "0 200000 65536") {
+				t.Errorf("uid_map = %q", out)
+			}
+		})
+	}
+}

@@ -233,6 +233,12 @@ func testLifecycle(t *testing.T, flavor Flavor) {
 		t.Fatalf("list = %+v, %v", l, err)
 	}
 
+	t.Run("features", func(t *testing.T) {
+		f, err := r.rt.Features(ctx)
+		if err != nil || !f.RecursiveReadOnlyMounts || !f.UserNamespaces {
+			t.Fatalf("features = %+v, %v", f, err)
+		}
+	})
 	t.Run("exec captures output and exit code", func(t *testing.T) {
 		res, err := r.execSync("life", 10*time.Second, "sh", "-c", "echo out; echo err >&2; exit 3")
 		if err != nil || res.ExitCode != 3 || string(res.Stdout) != "out\n" || string(res.Stderr) != "err\n" {

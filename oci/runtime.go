@@ -37,6 +37,8 @@ type Runtime interface {
 	State(ctx context.Context, id string) (*State, error)
 	// List reports every container under the runtime's root.
 	List(ctx context.Context) ([]State, error)
+	// Features reports what the handler supports, for the CRI Status.
+	Features(ctx context.Context) (*Features, error)
 }
 
 // Status values the runtimes report.

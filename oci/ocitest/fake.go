@@ -36,6 +36,9 @@ type Fake struct {
 	states map[string]oci.State
 	errs   map[string]error
 
+	// Feats is what Features returns.
+	Feats oci.Features
+
 	// ExecFunc scripts Exec; nil makes every exec exit 0 silently.
 	ExecFunc func(ctx context.Context, id string, p oci.ExecProcess) (int, error)
 }
@@ -196,4 +199,15 @@ func (f *Fake) List(context.Context) ([]oci.State, error) {
 		return 0
 	})
 	return out, nil
+}
+
+// Features implements oci.Runtime.
+func (f *Fake) Features(context.Context) (*oci.Features, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record(Call{Method: "Features"}); err != nil {
+		return nil, err
+	}
+	feats := f.Feats
+	return &feats, nil
 }
