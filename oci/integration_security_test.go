@@ -122,3 +122,43 @@ func TestIntegrationUserNamespace(t *testing.T) {
 		})
 	}
 }
+
+func TestIntegrationMountPropagation(t *testing.T) {
+	for _, f := range []Flavor{FlavorRunc, FlavorCrun} {
+		t.Run(newCLI(f, CLIConfig{}).Name(), func(t *testing.T) {
+			r := newRig(t, f)
+			src := filepath.Join(r.dir, "prop")
+			if err := os.MkdirAll(src, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			// A private mount of its own, as a host path usually is not.
+			if err := unix.Mount("none", src, "tmpfs", 0, ""); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = unix.Unmount(src, unix.MNT_DETACH) })
+			if err := unix.Mount("", src, "", unix.MS_PRIVATE, ""); err != nil {
+				t.Fatal(err)
+			}
+			if err := EnsureHostPropagation(src, runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER); err != nil {
+				t.Fatal(err)
+			}
+			r.start("prop", sleeper(nil, &runtimeapi.Mount{
+				HostPath: src, ContainerPath: "/prop", Propagation: runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER,
+			}), nil)
+			late := filepath.Join(src, "late")
+			if err := os.Mkdir(late, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Mount("none", late, "tmpfs", 0, ""); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = unix.Unmount(late, unix.MNT_DETACH) })
+			if err := os.WriteFile(filepath.Join(late, "flag"), []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if out := r.mustExec("prop", "ls", "/prop/late"); out != "flag\n" {
+				t.Errorf("host mount made after start not propagated: %q", out)
+			}
+		})
+	}
+}
