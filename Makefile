@@ -70,7 +70,16 @@ deps-test: critest-tools
 		GOFLAGS= GOBIN=$(TOOLS_BIN) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); \
 	fi
 
-test: deps-test lint unit build integration critest
+# every stage runs even when an earlier one failed (one CI run shows all
+# problems); the critest summary stays the last line of a green run
+TEST_STAGES := lint unit integration critest
+test: deps-test
+	@failed=""; \
+	for stage in $(TEST_STAGES); do \
+		echo "==== make $$stage"; \
+		$(MAKE) --no-print-directory $$stage || failed="$$failed $$stage"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED stages:$$failed"; exit 1; fi
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
