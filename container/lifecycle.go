@@ -11,7 +11,13 @@ import (
 	"github.com/podunit/podunit/exitrec"
 	"github.com/podunit/podunit/systemd"
 	"github.com/podunit/podunit/unitprops"
+	"golang.org/x/sys/unix"
 )
+
+// safetyStopTimeout is the unit's own TimeoutStopSec: podunit enforces
+// each StopContainer's timeout itself; this only bounds a stop started
+// while podunit is down (`systemctl stop`, shutdown).
+const safetyStopTimeout = 10 * time.Minute
 
 // service describes r's unit; the pure builder turns it into properties.
 func (m *Manager) service(r *record, rt Runtime) unitprops.Service {
@@ -31,6 +37,7 @@ func (m *Manager) service(r *record, rt Runtime) unitprops.Service {
 		ExecStart:        unitprops.Exec{Argv: execStart},
 		ExecStopPost:     unitprops.Exec{Argv: stopPost, IgnoreFailure: true},
 		KillSignal:       r.StopSignal,
+		StopTimeout:      safetyStopTimeout,
 		SyslogIdentifier: name,
 		LogFields: []string{
 			"POD_NAMESPACE=" + r.PodNamespace,
@@ -165,24 +172,31 @@ func (m *Manager) stopLocked(ctx context.Context, c *ctr, timeout int64) error {
 	if timeout < 0 {
 		timeout = 0
 	}
-	d := time.Duration(timeout) * time.Second
-	err := m.sd.SetUnitProperties(ctx, r.Unit, unitprops.StopTimeout(d))
-	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-		return fmt.Errorf("stop container %s: %w", r.ID, err)
+	grace := time.Duration(timeout) * time.Second
+	// systemd cannot change TimeoutStopUSec of a running unit, so the CRI
+	// timeout is enforced here: the stop job delivers KillSignal to the
+	// init, and when the grace period is over KillUnit SIGKILLs the
+	// unit's whole cgroup, which ends the job.
+	sctx, cancel := context.WithTimeout(ctx, grace+m.opts.StopMargin)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- m.sd.StopUnit(sctx, r.Unit) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(grace):
+		kerr := m.sd.KillUnit(sctx, r.Unit, int32(unix.SIGKILL), false)
+		if kerr != nil && !errors.Is(kerr, errdefs.ErrNotFound) {
+			m.opts.Logger.Warn("kill container unit after stop timeout", "container", r.ID, "err", kerr)
+		}
+		err = <-done
 	}
-	if err == nil {
-		sctx, cancel := context.WithTimeout(ctx, d+m.opts.StopMargin)
-		defer cancel()
-		err = m.sd.StopUnit(sctx, r.Unit)
-		if errors.Is(err, errdefs.ErrDeadline) {
-			// The D-Bus layer bounds one job wait; systemd keeps stopping.
-			if m.waitUnitGone(sctx, r.Unit, d+m.opts.StopMargin) {
-				err = nil
-			}
-		}
-		if err != nil && !systemd.IsJobError(err) {
-			return fmt.Errorf("stop container %s: %w", r.ID, err)
-		}
+	if errors.Is(err, errdefs.ErrDeadline) && m.waitUnitGone(sctx, r.Unit, grace+m.opts.StopMargin) {
+		// The D-Bus layer bounds one job wait; systemd finished the stop.
+		err = nil
+	}
+	if err != nil && !systemd.IsJobError(err) {
+		return fmt.Errorf("stop container %s: %w", r.ID, err)
 	}
 	m.refreshLocked(ctx, c, "")
 	if c.rec.State == StateRunning {
@@ -205,14 +219,15 @@ func (m *Manager) refreshLocked(ctx context.Context, c *ctr, active string) {
 	if active != "" {
 		state = active
 	} else {
-		p, err := m.sd.UnitProperties(ctx, r.Unit, "Service")
+		// ActiveState lives on the Unit interface, the exit details on
+		// the Service one.
+		p, err := m.sd.UnitProperties(ctx, r.Unit, "Unit")
 		switch {
 		case errors.Is(err, errdefs.ErrNotFound):
 			state = "gone"
 		case err != nil:
 			return // systemd unreachable: keep what we know
 		default:
-			props = p
 			state, _ = p["ActiveState"].(string)
 		}
 	}
@@ -221,8 +236,8 @@ func (m *Manager) refreshLocked(ctx context.Context, c *ctr, active string) {
 		return
 	}
 	rec, err := exitrec.Read(m.stateDir(r.ID))
-	if err != nil && props == nil && state != "gone" {
-		// Known inactive from a listing but no record yet: ask for details.
+	if err != nil && state != "gone" {
+		// Inactive but still loaded and no record: ask systemd.
 		if p, perr := m.sd.UnitProperties(ctx, r.Unit, "Service"); perr == nil {
 			props = p
 		}

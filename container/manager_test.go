@@ -71,7 +71,7 @@ func TestLifecycle(t *testing.T) {
 	if err := e.m.Stop(ctx, id, 10); err != nil {
 		t.Fatal(err)
 	}
-	if got := e.sd.Calls; !contains(got, "set-property "+unitName(id)) || !contains(got, "stop "+unitName(id)) {
+	if got := e.sd.Calls; !contains(got, "stop "+unitName(id)) {
 		t.Errorf("calls %q", got)
 	}
 	st = e.status(id)

@@ -102,6 +102,8 @@ func (m *Manager) Status(ctx context.Context, id string, verbose bool) (*runtime
 	if r.State == StateRunning {
 		if p, err := m.sd.UnitProperties(ctx, r.Unit, "Service"); err == nil {
 			info["pid"] = p["MainPID"]
+		}
+		if p, err := m.sd.UnitProperties(ctx, r.Unit, "Unit"); err == nil {
 			info["activeState"] = p["ActiveState"]
 			info["subState"] = p["SubState"]
 		}

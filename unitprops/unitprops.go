@@ -144,16 +144,6 @@ func validLogField(f string) error {
 	return nil
 }
 
-// StopTimeout returns the property that bounds the next stop; StopContainer
-// sets it right before StopUnit so each CRI call gets its own timeout.
-func StopTimeout(d time.Duration) systemd.Property {
-	if d <= 0 {
-		// A zero CRI timeout means "kill now"; systemd reads 0 as infinity.
-		d = time.Microsecond
-	}
-	return prop("TimeoutStopUSec", uint64(d/time.Microsecond))
-}
-
 // Render prints properties as sorted "Name=Value" lines, the golden-file
 // format; byte arrays print as strings, exec lists as argv.
 func Render(props []systemd.Property) string {

@@ -138,12 +138,6 @@ func TestRangeToBits(t *testing.T) {
 	}
 }
 
-func TestStopTimeoutZeroIsImmediate(t *testing.T) {
-	if v := StopTimeout(0).Value.Value().(uint64); v != 1 {
-		t.Errorf("StopTimeout(0) = %d µs; 0 would mean infinity to systemd", v)
-	}
-}
-
 func FuzzRangeToBits(f *testing.F) {
 	for _, s := range []string{"0", "0-3,7", "1,2,3", "65535"} {
 		f.Add(s)

@@ -1,0 +1,601 @@
+//go:build integration
+
+package container
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
+	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/imagestore"
+	"github.com/podunit/podunit/oci"
+	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/test/harness"
+	"github.com/podunit/podunit/unitprops"
+	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// The integration tests run in two halves. On the host, TestInHarness boots
+// a real systemd (test/harness), copies this test binary into it and runs
+// itself there with PODUNIT_IN_HARNESS=1: PIDs, cgroup paths and bundle
+// paths systemd and runc hand back only make sense inside. The binary is
+// also the units' `_stdio` wrapper and `_exitrec` recorder (TestMain).
+const (
+	inHarnessEnv = "PODUNIT_IN_HARNESS"
+	itestDir     = harness.StateDirInside + "/itest"
+	itestSlice   = "podunit-itest.slice"
+	runcRoot     = "/run/podunit/runc"
+)
+
+func TestInHarness(t *testing.T) {
+	if os.Getenv(inHarnessEnv) == "" {
+		runInHarness(t)
+		return
+	}
+	ctx := context.Background()
+	ie := newInside(t)
+	t.Run("LifecycleLimitsAndJournal", func(t *testing.T) { ie.lifecycle(ctx, t) })
+	t.Run("StopTimeoutKills", func(t *testing.T) { ie.stopTimeout(ctx, t) })
+	t.Run("StopFromOutsideIsAnExit", func(t *testing.T) { ie.stopFromOutside(ctx, t) })
+	t.Run("ExitWhilePodunitDown", func(t *testing.T) { ie.exitWhileDown(ctx, t) })
+	t.Run("StartFailure", func(t *testing.T) { ie.startFailure(ctx, t) })
+	t.Run("OOMKilled", func(t *testing.T) { ie.oom(ctx, t) })
+	t.Run("Lifecycle200", func(t *testing.T) { ie.churn(ctx, t, 200) })
+}
+
+func runInHarness(t *testing.T) {
+	h := harness.Start(t, harness.Options{})
+	dir := filepath.Join(h.StateDir, "itest")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "container.test")
+	if out, err := exec.Command("cp", self, bin).CombinedOutput(); err != nil {
+		t.Fatalf("copy test binary: %v %s", err, out)
+	}
+	// ITEST_RUN narrows the inner run, e.g. ITEST_RUN=TestInHarness/OOM.
+	run := "^TestInHarness$"
+	if r := os.Getenv("ITEST_RUN"); r != "" {
+		run = r
+	}
+	inner := fmt.Sprintf("exec env %s=1 %s/container.test -test.run '%s' -test.v -test.timeout 8m -test.short=%v >%s/out.log 2>&1",
+		inHarnessEnv, itestDir, run, testing.Short(), itestDir)
+	_, err = h.ExecTimeout(10*time.Minute, "sh", "-c", inner)
+	out, _ := os.ReadFile(filepath.Join(dir, "out.log"))
+	t.Log("inside the harness:\n" + string(out))
+	if err != nil {
+		t.Fatalf("tests inside the harness failed: %v", err)
+	}
+}
+
+// inside is the test environment within the harness.
+type inside struct {
+	sd     systemd.Conn
+	imgs   *dirImages
+	opts   Options
+	deps   Deps
+	logDir string
+}
+
+func newInside(t *testing.T) *inside {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Dial with a context that outlives the call: go-systemd closes the
+	// connection when the dial context ends (godbus WithContext), and the
+	// adapter's default dials with each call's context.
+	dial := func(ctx context.Context) (*sddbus.Conn, error) {
+		return sddbus.NewSystemConnectionContext(context.WithoutCancel(ctx))
+	}
+	ie := &inside{sd: systemd.New(systemd.Options{Dial: dial}), logDir: filepath.Join(itestDir, "logs")}
+	t.Cleanup(ie.sd.Close)
+	ie.imgs = newDirImages(t, filepath.Join(itestDir, "rootfs"))
+	_, err = os.Stat("/sys/fs/cgroup/cgroup.controllers")
+	host := oci.Host{}
+	if adj, err := oci.CurrentOOMScoreAdj(); err == nil {
+		host.OOMScoreAdjMin = &adj
+	}
+	if caps, err := oci.HostCapabilities(); err == nil {
+		host.Capabilities = caps
+	}
+	ie.opts = Options{
+		StateDir: filepath.Join(itestDir, "containers"), RunDir: "/run/podunit/containers", Self: self,
+		Caps: unitprops.Caps{SystemdVersion: 252, CgroupV2: err == nil}, Host: host,
+	}
+	rt := oci.NewRunc(oci.CLIConfig{Binary: "/usr/sbin/runc", Root: runcRoot})
+	ie.deps = Deps{Systemd: ie.sd, Images: ie.imgs, Pods: itestPods{logDir: ie.logDir}, Runtimes: map[string]Runtime{"runc": FromOCI(rt)}}
+	return ie
+}
+
+func (ie *inside) manager(t *testing.T) *Manager {
+	t.Helper()
+	m, err := New(ie.opts, ie.deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+type itestPods struct{ logDir string }
+
+func (p itestPods) Pod(ctx context.Context, id string) (*Pod, error) {
+	return &Pod{ID: id, Slice: itestSlice, LogDirectory: p.logDir, Config: &runtimeapi.PodSandboxConfig{
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: "itest-" + id, Namespace: "itest", Uid: "uid-" + id},
+		Hostname: "itest",
+	}}, nil
+}
+
+// dirImages is an image store whose only image is busybox, and whose
+// rootfs "mounts" are real bind mounts, so leak checks mean something.
+type dirImages struct {
+	root, template string
+}
+
+func newDirImages(t *testing.T, root string) *dirImages {
+	tpl := filepath.Join(root, ".template")
+	if err := os.RemoveAll(root); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"bin", "etc", "proc", "sys", "dev", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(tpl, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command("cp", "/usr/bin/busybox", filepath.Join(tpl, "bin", "busybox")).CombinedOutput(); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	list, err := exec.Command("/usr/bin/busybox", "--list").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range strings.Fields(string(list)) {
+		if a != "busybox" {
+			_ = os.Symlink("busybox", filepath.Join(tpl, "bin", a))
+		}
+	}
+	os.WriteFile(filepath.Join(tpl, "etc", "passwd"), []byte("root:x:0:0:root:/:/bin/sh\n"), 0o644)
+	os.WriteFile(filepath.Join(tpl, "etc", "group"), []byte("root:x:0:\n"), 0o644)
+	return &dirImages{root: root, template: tpl}
+}
+
+func (d *dirImages) Resolve(ctx context.Context, ref string) (*imagestore.ImageInfo, error) {
+	if ref != "busybox" {
+		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+	}
+	return &imagestore.ImageInfo{ID: "b0b0", RepoTags: []string{"busybox:latest"},
+		Config: imgspecv1.ImageConfig{Cmd: []string{"sh"}, Env: []string{"PATH=/bin"}}}, nil
+}
+
+func (d *dirImages) CreateContainerRootfs(ctx context.Context, id, imageRef, name string) error {
+	dst := filepath.Join(d.root, id)
+	if err := os.MkdirAll(filepath.Join(dst, "merged"), 0o755); err != nil {
+		return err
+	}
+	out, err := exec.Command("cp", "-a", d.template, filepath.Join(dst, "diff")).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%v: %s", err, out)
+	}
+	return nil
+}
+
+func (d *dirImages) MountRootfs(ctx context.Context, id string) (string, error) {
+	merged := filepath.Join(d.root, id, "merged")
+	if mounted(merged) {
+		return merged, nil
+	}
+	if err := unix.Mount(filepath.Join(d.root, id, "diff"), merged, "", unix.MS_BIND, ""); err != nil {
+		return "", fmt.Errorf("mount rootfs %s: %w", id, err)
+	}
+	return merged, nil
+}
+
+func (d *dirImages) UnmountRootfs(ctx context.Context, id string) error {
+	merged := filepath.Join(d.root, id, "merged")
+	if !mounted(merged) {
+		return nil
+	}
+	return unix.Unmount(merged, 0)
+}
+
+func (d *dirImages) DeleteRootfs(ctx context.Context, id string) error {
+	if mounted(filepath.Join(d.root, id, "merged")) {
+		return fmt.Errorf("rootfs %s is mounted: %w", id, errdefs.ErrPrecondition)
+	}
+	return os.RemoveAll(filepath.Join(d.root, id))
+}
+
+func mounted(p string) bool {
+	for _, line := range mountLines() {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == p {
+			return true
+		}
+	}
+	return false
+}
+
+func mountLines() []string {
+	b, _ := os.ReadFile("/proc/self/mountinfo")
+	return strings.Split(string(b), "\n")
+}
+
+func shConfig(name, script string) *runtimeapi.ContainerConfig {
+	return &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: name},
+		Image:    &runtimeapi.ImageSpec{Image: "busybox"},
+		Command:  []string{"sh", "-c", script},
+		LogPath:  name + ".log",
+		Linux:    &runtimeapi.LinuxContainerConfig{Resources: &runtimeapi.LinuxContainerResources{}},
+	}
+}
+
+const trapTerm = `trap 'echo got-term; exit 7' TERM; echo started; sleep 1000 & wait`
+
+func (ie *inside) run(ctx context.Context, t *testing.T, m *Manager, cfg *runtimeapi.ContainerConfig) string {
+	t.Helper()
+	id, err := m.Create(ctx, "pod-"+cfg.Metadata.Name, cfg, nil)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if err := m.Start(ctx, id); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	return id
+}
+
+func cgroupFile(ctrl, unit, file string) string {
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", ctrl, systemd.SlicePath(itestSlice), unit, file))
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func (ie *inside) lifecycle(ctx context.Context, t *testing.T) {
+	m := ie.manager(t)
+	cfg := shConfig("life", `echo out-line; echo err-line >&2; `+trapTerm)
+	cfg.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 64 << 20, CpuQuota: 20000, CpuPeriod: 100000, CpuShares: 512}
+	id := ie.run(ctx, t, m, cfg)
+	unit := unitName(id)
+	st, info, err := m.Status(ctx, id, true)
+	if err != nil || st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("status %v %v", st, err)
+	}
+	props, err := ie.sd.UnitProperties(ctx, unit, "Service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := props["MainPID"].(uint32)
+	if props["Slice"] != itestSlice || pid == 0 {
+		t.Errorf("unit slice %v main pid %v", props["Slice"], props["MainPID"])
+	}
+	if !strings.Contains(info["info"], `"pid":`) {
+		t.Errorf("verbose info without pid: %s", info["info"])
+	}
+	// The main PID is the container's init, inside the unit's cgroup.
+	cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if !strings.Contains(string(cg), systemd.SlicePath(itestSlice)+"/"+unit+"/container") {
+		t.Errorf("container init cgroups:\n%s", cg)
+	}
+	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if strings.TrimSpace(string(comm)) != "sh" {
+		t.Errorf("main pid %d is %q, not the container's sh", pid, comm)
+	}
+	if !ie.opts.Caps.CgroupV2 {
+		for _, c := range [][3]string{
+			{"memory", "memory.limit_in_bytes", "67108864"},
+			{"cpu", "cpu.cfs_quota_us", "20000"},
+			{"cpu", "cpu.cfs_period_us", "100000"},
+			{"cpu", "cpu.shares", "512"},
+		} {
+			if got := cgroupFile(c[0], unit, c[1]); got != c[2] {
+				t.Errorf("%s/%s = %s, want %s", c[0], c[1], got, c[2])
+			}
+		}
+	}
+	out, errOut, code, err := m.ExecSync(ctx, id, []string{"sh", "-c", "echo exec-out; echo exec-err >&2; exit 3"}, 10)
+	if err != nil || string(out) != "exec-out\n" || string(errOut) != "exec-err\n" || code != 3 {
+		t.Errorf("exec: %q %q %d %v", out, errOut, code, err)
+	}
+	start := time.Now()
+	if _, _, _, err := m.ExecSync(ctx, id, []string{"sleep", "60"}, 1); !errors.Is(err, errdefs.ErrDeadline) || time.Since(start) > 10*time.Second {
+		t.Errorf("exec timeout: %v after %v", err, time.Since(start))
+	}
+	if err := m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 48 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if got := cgroupFile("memory", unit, "memory.limit_in_bytes"); !ie.opts.Caps.CgroupV2 && got != "50331648" {
+		t.Errorf("after update memory.limit_in_bytes = %s", got)
+	}
+	ie.checkJournal(ctx, t, unit, id)
+
+	if err := m.Stop(ctx, id, 5); err != nil {
+		t.Fatal(err)
+	}
+	st, _, _ = m.Status(ctx, id, false)
+	if st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != 7 || st.Reason != ReasonError || st.FinishedAt <= st.StartedAt {
+		t.Errorf("after stop: %v", st)
+	}
+	if err := m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	ie.assertNoLeaks(ctx, t)
+}
+
+// checkJournal: stdout and stderr arrive as separate streams with their
+// priorities, attributed to the unit, with the pod/container fields.
+func (ie *inside) checkJournal(ctx context.Context, t *testing.T, unit, id string) {
+	deadline := time.Now().Add(10 * time.Second)
+	var seen map[string]map[string]any
+	for time.Now().Before(deadline) {
+		seen = map[string]map[string]any{}
+		out, _ := exec.CommandContext(ctx, "journalctl", "--no-pager", "-o", "json", "-u", unit).Output()
+		sc := bufio.NewScanner(strings.NewReader(string(out)))
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var e map[string]any
+			if json.Unmarshal(sc.Bytes(), &e) == nil {
+				if msg, ok := e["MESSAGE"].(string); ok {
+					seen[msg] = e
+				}
+			}
+		}
+		if seen["out-line"] != nil && seen["err-line"] != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	o, e := seen["out-line"], seen["err-line"]
+	if o == nil || e == nil {
+		t.Fatalf("container lines not in the journal of %s: %v", unit, seen)
+	}
+	if o["PRIORITY"] != "6" || e["PRIORITY"] != "3" || o["_STREAM_ID"] == e["_STREAM_ID"] {
+		t.Errorf("streams not distinguishable: stdout %v/%v stderr %v/%v", o["PRIORITY"], o["_STREAM_ID"], e["PRIORITY"], e["_STREAM_ID"])
+	}
+	for k, want := range map[string]string{
+		"_SYSTEMD_UNIT": unit, "CONTAINER_ID": id, "CONTAINER_NAME": "life", "POD_NAME": "itest-pod-life",
+		"POD_NAMESPACE": "itest", "POD_UID": "uid-pod-life", "CONTAINER_ATTEMPT": "0", "SYSLOG_IDENTIFIER": "life",
+	} {
+		if o[k] != want || e[k] != want {
+			t.Errorf("journal field %s: stdout %v stderr %v, want %s", k, o[k], e[k], want)
+		}
+	}
+}
+
+func (ie *inside) stopTimeout(ctx context.Context, t *testing.T) {
+	m := ie.manager(t)
+	id := ie.run(ctx, t, m, shConfig("stubborn", `trap '' TERM; sleep 1000 & wait; sleep 1000`))
+	start := time.Now()
+	if err := m.Stop(ctx, id, 2); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 2*time.Second || d > 6*time.Second {
+		t.Errorf("stop with a 2s timeout took %v", d)
+	}
+	st, _, _ := m.Status(ctx, id, false)
+	if st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != 137 {
+		t.Errorf("after stop timeout: %v", st)
+	}
+	// timeout 0: no grace at all
+	id2 := ie.run(ctx, t, m, shConfig("stubborn0", `trap '' TERM; sleep 1000 & wait; sleep 1000`))
+	start = time.Now()
+	if err := m.Stop(ctx, id2, 0); err != nil || time.Since(start) > 3*time.Second {
+		t.Errorf("stop with timeout 0: %v after %v", err, time.Since(start))
+	}
+	for _, id := range []string{id, id2} {
+		if err := m.Remove(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ie.assertNoLeaks(ctx, t)
+}
+
+func (ie *inside) stopFromOutside(ctx context.Context, t *testing.T) {
+	m := ie.manager(t)
+	id := ie.run(ctx, t, m, shConfig("outside", trapTerm))
+	if out, err := exec.CommandContext(ctx, "systemctl", "stop", unitName(id)).CombinedOutput(); err != nil {
+		t.Fatalf("systemctl stop: %v %s", err, out)
+	}
+	st, _, err := m.Status(ctx, id, false)
+	if err != nil || st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != 7 {
+		t.Errorf("after systemctl stop: %v %v", st, err)
+	}
+	if err := m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	ie.assertNoLeaks(ctx, t)
+}
+
+func (ie *inside) exitWhileDown(ctx context.Context, t *testing.T) {
+	m1 := ie.manager(t)
+	quick := ie.run(ctx, t, m1, shConfig("quick", "sleep 1; exit 5"))
+	long := ie.run(ctx, t, m1, shConfig("long", trapTerm))
+	// podunit is "down": nothing talks to systemd about these containers
+	// while the first one exits; only the units' ExecStopPost runs.
+	m1 = nil
+	ok := waitFor(15*time.Second, func() bool {
+		_, err := ie.sd.UnitProperties(ctx, unitName(quick), "Unit")
+		return errors.Is(err, errdefs.ErrNotFound)
+	})
+	if !ok {
+		t.Fatal("quick container's unit not collected")
+	}
+	m2 := ie.manager(t)
+	st, _, err := m2.Status(ctx, quick, false)
+	if err != nil || st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != 5 || st.Reason != ReasonError {
+		t.Errorf("exited while down: %v %v", st, err)
+	}
+	st, _, err = m2.Status(ctx, long, false)
+	if err != nil || st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Errorf("running across restart: %v %v", st, err)
+	}
+	if _, err := os.Stat(filepath.Join(runcRoot, quick)); !os.IsNotExist(err) {
+		t.Errorf("runc state of the exited container not deleted by ExecStopPost: %v", err)
+	}
+	for _, id := range []string{quick, long} {
+		if err := m2.Remove(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ie.assertNoLeaks(ctx, t)
+}
+
+func (ie *inside) startFailure(ctx context.Context, t *testing.T) {
+	m := ie.manager(t)
+	cfg := shConfig("nope", "")
+	cfg.Command = []string{"/does-not-exist"}
+	id, err := m.Create(ctx, "pod-nope", cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.Start(ctx, id)
+	if err == nil || !strings.Contains(err.Error(), "does-not-exist") {
+		t.Fatalf("start error does not carry the runtime's message: %v", err)
+	}
+	t.Logf("start error: %v", err)
+	st, _, _ := m.Status(ctx, id, false)
+	if st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.Reason != ReasonStartError {
+		t.Errorf("status after failed start: %v", st)
+	}
+	if _, err := ie.sd.UnitProperties(ctx, unitName(id), "Unit"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("failed unit not collected: %v", err)
+	}
+	if err := m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	ie.assertNoLeaks(ctx, t)
+}
+
+func (ie *inside) oom(ctx context.Context, t *testing.T) {
+	m := ie.manager(t)
+	cfg := shConfig("hog", "dd if=/dev/zero of=/dev/null bs=256M count=1")
+	cfg.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 32 << 20}
+	id := ie.run(ctx, t, m, cfg)
+	ctxw, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := m.Wait(ctxw, id); err != nil {
+		t.Fatal(err)
+	}
+	st, _, _ := m.Status(ctx, id, false)
+	if st.ExitCode != 137 || st.Reason != ReasonOOMKilled {
+		t.Errorf("hog: exit %d reason %q", st.ExitCode, st.Reason)
+	}
+	if err := m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	ie.assertNoLeaks(ctx, t)
+}
+
+func (ie *inside) churn(ctx context.Context, t *testing.T, n int) {
+	if testing.Short() {
+		n = 20
+	}
+	m := ie.manager(t)
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 4)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			cfg := shConfig(fmt.Sprintf("churn%d", i), trapTerm)
+			id, err := m.Create(ctx, "pod-churn", cfg, nil)
+			if err == nil {
+				err = m.Start(ctx, id)
+			}
+			if err == nil {
+				err = m.Stop(ctx, id, 10)
+			}
+			if err == nil {
+				if st, _, _ := m.Status(ctx, id, false); st.GetExitCode() != 7 {
+					err = fmt.Errorf("container %s: exit %d, want 7", id, st.GetExitCode())
+				}
+			}
+			if id != "" {
+				if rerr := m.Remove(ctx, id); err == nil {
+					err = rerr
+				}
+			}
+			if err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	t.Logf("%d lifecycles (create, start, stop, remove; 4 at a time) in %v", n, time.Since(start))
+	ie.assertNoLeaks(ctx, t)
+}
+
+// assertNoLeaks: no container unit in any state, no rootfs mount, no
+// runtime state, no bundle or state directory.
+func (ie *inside) assertNoLeaks(ctx context.Context, t *testing.T) {
+	t.Helper()
+	units, err := ie.sd.ListUnits(ctx, UnitPrefix+"*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range units {
+		t.Errorf("unit left: %s %s/%s", u.Name, u.LoadState, u.ActiveState)
+	}
+	for _, line := range mountLines() {
+		if strings.Contains(line, ie.imgs.root) {
+			t.Errorf("mount left: %s", line)
+		}
+	}
+	for _, d := range []string{runcRoot, ie.opts.StateDir, ie.opts.RunDir} {
+		ents, err := os.ReadDir(d)
+		if err != nil && !os.IsNotExist(err) {
+			t.Error(err)
+		}
+		for _, e := range ents {
+			t.Errorf("left in %s: %s", d, e.Name())
+		}
+	}
+	ents, _ := os.ReadDir(ie.imgs.root)
+	for _, e := range ents {
+		if e.Name() != ".template" {
+			t.Errorf("rootfs left: %s", e.Name())
+		}
+	}
+}
+
+func waitFor(d time.Duration, f func() bool) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if f() {
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return false
+}
+
+var _ = io.Discard
