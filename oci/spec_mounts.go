@@ -171,7 +171,7 @@ func withDevices(devs []Device) SpecOpt {
 		rules := []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}
 		l := linux(s)
 		for _, d := range devs {
-			if !path.IsAbs(d.Path) || hasDotDot(d.Path) || !strings.HasPrefix(path.Clean(d.Path), "/") {
+			if !path.IsAbs(d.Path) || hasDotDot(d.Path) {
 				return invalid("devices", "container path %q must be absolute without ..", d.Path)
 			}
 			perms := d.Permissions
