@@ -218,15 +218,22 @@ func testLeak100(t *testing.T) {
 			// half the pods share a PID namespace: an init unit and a pin
 			c.Linux.SecurityContext.NamespaceOptions.Pid = runtimeapi.NamespaceMode_POD
 		}
+		t0 := time.Now()
 		id, err := w.m.Run(ctx, c, "")
 		if err != nil {
 			t.Fatalf("run %d: %v", i, err)
 		}
+		t1 := time.Now()
 		if err := w.m.Stop(ctx, id); err != nil {
 			t.Fatalf("stop %d: %v", i, err)
 		}
+		t2 := time.Now()
 		if err := w.m.Remove(ctx, id); err != nil {
 			t.Fatalf("remove %d: %v", i, err)
+		}
+		if total := time.Since(t0); total > 2*time.Second {
+			t.Logf("slow cycle %d (pid %v): run %v stop %v remove %v", i,
+				c.Linux.SecurityContext.NamespaceOptions.Pid, t1.Sub(t0), t2.Sub(t1), time.Since(t2))
 		}
 	}
 	// The first pod creates the bridge and portmap's chains, which stay.

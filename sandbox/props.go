@@ -80,6 +80,11 @@ func initProperties(desc, slice string, argv []string) []systemd.Property {
 		// broke other systemd-based runtimes at scale).
 		prop("CollectMode", "inactive-or-failed"),
 		prop("KillMode", "control-group"),
+		// The init holds nothing worth a graceful stop, and a SIGTERM that
+		// arrives before catatonit has installed its handlers is dropped
+		// (a namespace init ignores unhandled signals from outside), which
+		// cost a full stop timeout. Containers are stopped before it.
+		prop("KillSignal", int32(9)),
 	}
 }
 
