@@ -66,6 +66,41 @@ func testSecurity(t *testing.T, r *rig) {
 		}
 	})
 
+	t.Run("privileged", func(t *testing.T) {
+		devs, err := HostDevices()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := sleeper(&runtimeapi.LinuxContainerSecurityContext{
+			Privileged: true,
+			Seccomp:    &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault},
+		})
+		r.start("priv", cfg, func(in *SpecInput) {
+			in.SandboxConfig.Linux = &runtimeapi.LinuxPodSandboxConfig{
+				SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{Privileged: true},
+			}
+			in.Host.Devices = devs
+		})
+		status := r.mustExec("priv", "cat", "/proc/self/status")
+		host, _ := os.ReadFile("/proc/self/status")
+		capEff := func(s string) string {
+			for _, l := range strings.Split(s, "\n") {
+				if strings.HasPrefix(l, "CapEff:") {
+					return l
+				}
+			}
+			return ""
+		}
+		if capEff(status) != capEff(string(host)) || !strings.Contains(status, "Seccomp:\t0") {
+			t.Errorf("privileged: %q vs host %q; status:\n%s", capEff(status), capEff(string(host)), status)
+		}
+		if out := r.mustExec("priv", "grep", " /sys ", "/proc/self/mounts"); !strings.Contains(out, " rw,") {
+			t.Errorf("sysfs not writable: %q", out)
+		}
+		r.mustExec("priv", "test", "-c", "/dev/null")
+		r.mustExec("priv", "hostname", "privileged-can")
+	})
+
 	t.Run("recursive read-only mount", func(t *testing.T) {
 		host := filepath.Join(r.dir, "rro")
 		sub := filepath.Join(host, "tmpfs")
