@@ -33,7 +33,7 @@ func (f *fakeImages) Resolve(ctx context.Context, ref string) (*imagestore.Image
 	return &imagestore.ImageInfo{
 		ID: "aaaa", RepoTags: []string{"docker.io/library/busybox:latest"},
 		RepoDigests: []string{"docker.io/library/busybox@sha256:bbbb"},
-		Config: imgspecv1.ImageConfig{Cmd: []string{"sh"}, Env: []string{"PATH=/bin"}, StopSignal: "SIGQUIT"},
+		Config:      imgspecv1.ImageConfig{Cmd: []string{"sh"}, Env: []string{"PATH=/bin"}, StopSignal: "SIGQUIT"},
 	}, nil
 }
 

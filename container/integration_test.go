@@ -250,7 +250,21 @@ func shConfig(name, script string) *runtimeapi.ContainerConfig {
 	}
 }
 
-const trapTerm = `trap 'echo got-term; exit 7' TERM; echo started; sleep 1000 & wait`
+// trapTerm exits 7 on SIGTERM. A signal that arrives before the trap is
+// set is ignored (the shell is PID 1), so callers wait for /tmp/ready.
+const trapTerm = `trap 'echo got-term; exit 7' TERM; touch /tmp/ready; echo started; sleep 1000 & wait`
+
+// waitReady waits until the container's script has set its trap.
+func waitReady(ctx context.Context, m *Manager, id string) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, _, code, err := m.ExecSync(ctx, id, []string{"test", "-e", "/tmp/ready"}, 5); err == nil && code == 0 {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("container %s not ready", id)
+}
 
 func (ie *inside) run(ctx context.Context, t *testing.T, m *Manager, cfg *runtimeapi.ContainerConfig) string {
 	t.Helper()
@@ -329,6 +343,9 @@ func (ie *inside) lifecycle(ctx context.Context, t *testing.T) {
 		t.Errorf("after update memory.limit_in_bytes = %s", got)
 	}
 	ie.checkJournal(ctx, t, unit, id)
+	if err := waitReady(ctx, m, id); err != nil {
+		t.Fatal(err)
+	}
 
 	if err := m.Stop(ctx, id, 5); err != nil {
 		t.Fatal(err)
@@ -414,6 +431,9 @@ func (ie *inside) stopTimeout(ctx context.Context, t *testing.T) {
 func (ie *inside) stopFromOutside(ctx context.Context, t *testing.T) {
 	m := ie.manager(t)
 	id := ie.run(ctx, t, m, shConfig("outside", trapTerm))
+	if err := waitReady(ctx, m, id); err != nil {
+		t.Fatal(err)
+	}
 	if out, err := exec.CommandContext(ctx, "systemctl", "stop", unitName(id)).CombinedOutput(); err != nil {
 		t.Fatalf("systemctl stop: %v %s", err, out)
 	}
@@ -526,6 +546,9 @@ func (ie *inside) churn(ctx context.Context, t *testing.T, n int) {
 			id, err := m.Create(ctx, "pod-churn", cfg, nil)
 			if err == nil {
 				err = m.Start(ctx, id)
+			}
+			if err == nil {
+				err = waitReady(ctx, m, id)
 			}
 			if err == nil {
 				err = m.Stop(ctx, id, 10)
