@@ -54,8 +54,10 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
-		defer os.Remove(empty)
-		if err := unix.Mount(empty, unifiedControllers, "", unix.MS_BIND, ""); err != nil {
+		err := unix.Mount(empty, unifiedControllers, "", unix.MS_BIND, "")
+		// The mount keeps the inode; the name can go now.
+		os.Remove(empty)
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "bind empty controllers:", err)
 			os.Exit(1)
 		}
