@@ -21,6 +21,7 @@ import (
 
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/network"
+	"github.com/podunit/podunit/podfiles"
 	"github.com/podunit/podunit/statefile"
 	"github.com/podunit/podunit/systemd"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -201,7 +202,7 @@ func New(opts Options) (*Manager, error) {
 		opts.PodInit = DefaultPodInit
 	}
 	if opts.HostResolvConf == "" {
-		opts.HostResolvConf = "/etc/resolv.conf"
+		opts.HostResolvConf = podfiles.HostResolvConf
 	}
 	if opts.HostHosts == "" {
 		opts.HostHosts = "/etc/hosts"
