@@ -49,6 +49,7 @@ func TestInHarness(t *testing.T) {
 	ctx := context.Background()
 	ie := newInside(t)
 	t.Run("LifecycleLimitsAndJournal", func(t *testing.T) { ie.lifecycle(ctx, t) })
+	t.Run("StdinShellAndTTY", func(t *testing.T) { ie.stdinShell(ctx, t) })
 	t.Run("StopTimeoutKills", func(t *testing.T) { ie.stopTimeout(ctx, t) })
 	t.Run("StopFromOutsideIsAnExit", func(t *testing.T) { ie.stopFromOutside(ctx, t) })
 	t.Run("ExitWhilePodunitDown", func(t *testing.T) { ie.exitWhileDown(ctx, t) })
@@ -398,6 +399,30 @@ func (ie *inside) checkJournal(ctx context.Context, t *testing.T, unit, id strin
 			t.Errorf("journal field %s: stdout %v stderr %v, want %s", k, o[k], e[k], want)
 		}
 	}
+}
+
+// critest's shell container: /bin/sh with stdin=true must keep running.
+func (ie *inside) stdinShell(ctx context.Context, t *testing.T) {
+	m := ie.manager(t)
+	cfg := shConfig("shell", "")
+	cfg.Command, cfg.Stdin, cfg.StdinOnce = []string{"/bin/sh"}, true, true
+	id := ie.run(ctx, t, m, cfg)
+	tcfg := shConfig("tty", "echo on-tty; sleep 1000")
+	tcfg.Tty = true
+	tid := ie.run(ctx, t, m, tcfg)
+	time.Sleep(time.Second)
+	for _, c := range []string{id, tid} {
+		if st, _, _ := m.Status(ctx, c, false); st.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			t.Errorf("container %s: %v", c, st)
+		}
+		if out, _, _, err := m.ExecSync(ctx, c, []string{"echo", "alive"}, 5); err != nil || string(out) != "alive\n" {
+			t.Errorf("exec: %q %v", out, err)
+		}
+		if err := m.Remove(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ie.assertNoLeaks(ctx, t)
 }
 
 func (ie *inside) stopTimeout(ctx context.Context, t *testing.T) {

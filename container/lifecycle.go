@@ -22,8 +22,11 @@ const safetyStopTimeout = 10 * time.Minute
 // service describes r's unit; the pure builder turns it into properties.
 func (m *Manager) service(r *record, rt Runtime) unitprops.Service {
 	name := r.Metadata.GetName()
-	execStart := append([]string{m.opts.Self, "_stdio", "--unit", r.Unit, "--identifier", name, "--"},
-		rt.RunArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID))...)
+	execStart := []string{m.opts.Self, "_stdio", "--unit", r.Unit, "--identifier", name}
+	if r.Config.GetStdin() {
+		execStart = append(execStart, "--stdin-fifo", m.stdinFIFO(r.ID))
+	}
+	execStart = append(append(execStart, "--"), rt.RunArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID))...)
 	stopPost := []string{m.opts.Self, "_exitrec", "--cgroup", systemd.SlicePath(r.Slice) + "/" + r.Unit,
 		"--cgroup-root", m.opts.CgroupRoot, m.stateDir(r.ID)}
 	if del := rt.DeleteArgv(r.ID); len(del) > 0 {
@@ -128,6 +131,10 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 func (m *Manager) runtimeError(id string) string {
 	return lastRuntimeError(m.runtimeLog(id))
 }
+
+// stdinFIFO is the container's stdin when the config asks for one; an
+// attach writes into it.
+func (m *Manager) stdinFIFO(id string) string { return m.runDir(id) + "/stdin" }
 
 func (m *Manager) runtimeLog(id string) string { return m.runDir(id) + "/runtime.log" }
 

@@ -137,10 +137,6 @@ func validateConfig(cfg *runtimeapi.ContainerConfig) error {
 		return fmt.Errorf("container config: metadata.name: missing: %w", errdefs.ErrInvalid)
 	case cfg.GetImage().GetImage() == "":
 		return fmt.Errorf("container config: image: missing: %w", errdefs.ErrInvalid)
-	case cfg.GetTty() || cfg.GetStdin():
-		// Both need the runtime's console socket or a stdin fd that
-		// outlives podunit; neither is wired into the unit yet.
-		return fmt.Errorf("container config: tty and stdin are not supported: %w", errdefs.ErrUnimplemented)
 	}
 	for _, mnt := range cfg.GetMounts() {
 		if mnt.GetContainerPath() == "" || hasDotDot(mnt.GetContainerPath()) {
@@ -231,6 +227,12 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 	})
 	if err != nil {
 		return "", err
+	}
+	// A pty needs a process holding its master for the container's whole
+	// life; podunit has none, so a TTY container runs on the journal
+	// streams like any other and its output is logged as stdout.
+	if spec.Process != nil {
+		spec.Process.Terminal = false
 	}
 	if err := statefile.Write(filepath.Join(m.bundleDir(id), "config.json"), spec); err != nil {
 		return "", fmt.Errorf("create container %q: bundle: %w", cfg.GetMetadata().GetName(), err)

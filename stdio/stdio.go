@@ -37,7 +37,9 @@ type Options struct {
 	Unit       string
 	Identifier string
 	Socket     string
-	Argv       []string
+	// StdinFIFO, when set, becomes the container's stdin (CRI stdin=true).
+	StdinFIFO string
+	Argv      []string
 }
 
 // ParseArgs parses `--unit U --identifier I [--socket P] -- ARGV...`.
@@ -48,6 +50,7 @@ func ParseArgs(args []string) (Options, error) {
 	fs.StringVar(&o.Unit, "unit", "", "unit name journald attributes the lines to")
 	fs.StringVar(&o.Identifier, "identifier", "", "SYSLOG_IDENTIFIER of the lines")
 	fs.StringVar(&o.Socket, "socket", DefaultSocket, "journald stdout socket")
+	fs.StringVar(&o.StdinFIFO, "stdin-fifo", "", "named pipe to use as stdin")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -124,6 +127,25 @@ func Setup(o Options, warn io.Writer) {
 	unix.Close(errFd)
 }
 
+// OpenStdin makes the FIFO at path the process's stdin. It is opened
+// read-write: the container then holds a writer itself, so its stdin never
+// reaches EOF while nobody is attached (an interactive shell started with
+// stdin=true must keep running), and an attach can write into the FIFO.
+func OpenStdin(path string) error {
+	if err := unix.Mkfifo(path, 0o600); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("mkfifo %s: %w", path, err)
+	}
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Dup3(fd, 0, 0); err != nil {
+		return fmt.Errorf("dup stdin: %w", err)
+	}
+	return nil
+}
+
 // Main is `podunit _stdio`: it only returns on failure.
 func Main(args []string) int {
 	o, err := ParseArgs(args)
@@ -135,6 +157,12 @@ func Main(args []string) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "podunit _stdio:", err)
 		return 127
+	}
+	if o.StdinFIFO != "" {
+		if err := OpenStdin(o.StdinFIFO); err != nil {
+			fmt.Fprintln(os.Stderr, "podunit _stdio:", err)
+			return 1
+		}
 	}
 	Setup(o, os.Stderr)
 	err = syscall.Exec(path, o.Argv, os.Environ())

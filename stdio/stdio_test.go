@@ -128,3 +128,45 @@ func TestMissingCommand(t *testing.T) {
 		t.Errorf("rc = %d, want 127", rc)
 	}
 }
+
+func TestStdinFIFONeverEOF(t *testing.T) {
+	sock, ch := fakeJournal(t)
+	fifo := filepath.Join(t.TempDir(), "stdin")
+	// read one line from stdin, then check that a second read would block
+	// (no EOF) by timing it out.
+	cmd := exec.Command(os.Args[0], "_stdio", "--unit", "u.service", "--socket", sock, "--stdin-fifo", fifo, "--",
+		"/bin/sh", "-c", "read a; echo got:$a; if timeout 1 sh -c 'read b'; then echo eof-or-data; else echo blocked; fi")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := os.Stat(fifo); err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteString("hello\n")
+	w.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for i := 0; i < 2; i++ {
+		select {
+		case lines := <-ch:
+			if lines[2] == "6" {
+				out = lines[7:]
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no stream")
+		}
+	}
+	if strings.Join(out, "|") != "got:hello|blocked" {
+		t.Errorf("stdout %q: stdin must stay open after the writer leaves", out)
+	}
+}
