@@ -34,8 +34,9 @@ type Conn interface {
 	ResetFailedUnit(ctx context.Context, name string) error
 	// SetUnitProperties changes properties of a live unit (runtime only).
 	SetUnitProperties(ctx context.Context, name string, props ...Property) error
-	// UnitProperties returns the properties of a unit for the given
-	// interface ("Unit", "Service", "Slice"). ErrNotFound if not loaded.
+	// UnitProperties returns the properties of a unit: those of the Unit
+	// interface for iface "Unit", otherwise of every interface (Unit and
+	// Service/Slice...). ErrNotFound if the unit is not loaded.
 	UnitProperties(ctx context.Context, name, iface string) (map[string]any, error)
 	// ListUnits returns loaded units whose names match the glob patterns.
 	ListUnits(ctx context.Context, patterns ...string) ([]UnitStatus, error)

@@ -39,8 +39,9 @@ type DBus struct {
 	opts Options
 	jobs chan struct{}
 
-	mu   sync.Mutex
-	conn *sd.Conn
+	mu         sync.Mutex
+	conn       *sd.Conn
+	connCancel context.CancelFunc
 }
 
 var _ Conn = (*DBus)(nil)
@@ -77,16 +78,45 @@ func (d *DBus) get(ctx context.Context) (*sd.Conn, error) {
 		return d.conn, nil
 	}
 	if d.conn != nil {
-		d.conn.Close()
-		d.conn = nil
+		d.closeLocked()
 		d.opts.Logger.Warn("systemd bus connection lost, reconnecting")
 	}
-	c, err := d.opts.Dial(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("connect to systemd over D-Bus: %v: %w", err, errdefs.ErrUnavailable)
+	// godbus ties a connection's life to the context it was dialled with,
+	// so the connection gets its own context, cancelled only by Close; the
+	// caller's context bounds just the dial.
+	connCtx, cancel := context.WithCancel(context.Background())
+	type dialed struct {
+		c   *sd.Conn
+		err error
 	}
-	d.conn = c
-	return c, nil
+	ch := make(chan dialed, 1)
+	go func() {
+		c, err := d.opts.Dial(connCtx)
+		ch <- dialed{c, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			cancel()
+			return nil, fmt.Errorf("connect to systemd over D-Bus: %v: %w", r.err, errdefs.ErrUnavailable)
+		}
+		d.conn, d.connCancel = r.c, cancel
+		return r.c, nil
+	case <-ctx.Done():
+		cancel()
+		return nil, fmt.Errorf("connect to systemd over D-Bus: %v: %w", ctx.Err(), errdefs.ErrDeadline)
+	}
+}
+
+func (d *DBus) closeLocked() {
+	if d.conn != nil {
+		d.conn.Close()
+		d.conn = nil
+	}
+	if d.connCancel != nil {
+		d.connCancel()
+		d.connCancel = nil
+	}
 }
 
 // call runs fn with a live connection and a bounded context, classifying
@@ -232,10 +262,12 @@ func (d *DBus) UnitProperties(ctx context.Context, name, iface string) (map[stri
 	var out map[string]any
 	err := d.call(ctx, "GetUnitProperties "+name, func(ctx context.Context, c *sd.Conn) error {
 		var err error
-		if iface == "" || iface == "Unit" {
+		if iface == "Unit" {
 			out, err = c.GetUnitPropertiesContext(ctx, name)
 		} else {
-			out, err = c.GetUnitTypePropertiesContext(ctx, name, iface)
+			// All interfaces in one round trip: the type-specific ones
+			// lack LoadState, which is how a missing unit shows.
+			out, err = c.GetAllPropertiesContext(ctx, name)
 		}
 		return err
 	})
@@ -276,8 +308,5 @@ func (d *DBus) Ping(ctx context.Context) error {
 func (d *DBus) Close() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.conn != nil {
-		d.conn.Close()
-		d.conn = nil
-	}
+	d.closeLocked()
 }

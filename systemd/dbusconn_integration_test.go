@@ -1,0 +1,106 @@
+//go:build integration
+
+package systemd_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	sd "github.com/coreos/go-systemd/v22/dbus"
+	godbus "github.com/godbus/dbus/v5"
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/test/harness"
+)
+
+// TestDBusAgainstRealSystemd drives the adapter against a real systemd in
+// the harness: job waits, UnitExists handling, stop of a missing unit,
+// property reads and reconnect after the bus daemon restarts.
+func TestDBusAgainstRealSystemd(t *testing.T) {
+	h := harness.Start(t, harness.Options{})
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", h.BusAddress())
+	c := systemd.New(systemd.Options{CallTimeout: 20 * time.Second})
+	defer c.Close()
+	ctx := context.Background()
+
+	if err := c.Ping(ctx); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	props := func(cmd ...string) []systemd.Property {
+		return []systemd.Property{
+			sd.PropDescription("podunit adapter test"),
+			sd.PropExecStart(cmd, false),
+			{Name: "CollectMode", Value: godbus.MakeVariant("inactive-or-failed")},
+		}
+	}
+	// Several calls in a row: the shared connection must outlive each
+	// call's context (a connection dialled with a call's context dies
+	// with it, and every later job wait then times out).
+	for i := 0; i < 3; i++ {
+		if err := c.StartTransientUnit(ctx, "podunit-adapter.service", props("/bin/sleep", "300")); err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
+		p, err := c.UnitProperties(ctx, "podunit-adapter.service", "Service")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pid, _ := p["MainPID"].(uint32); pid == 0 {
+			t.Fatalf("no MainPID: %v", p["MainPID"])
+		}
+		if err := c.StartTransientUnit(ctx, "podunit-adapter.service", props("/bin/true")); !errors.Is(err, errdefs.ErrExists) {
+			t.Fatalf("second start of a live unit: %v, want ErrExists", err)
+		}
+		if err := c.StopUnit(ctx, "podunit-adapter.service"); err != nil {
+			t.Fatalf("stop %d: %v", i, err)
+		}
+	}
+	if err := c.StopUnit(ctx, "podunit-missing.service"); err != nil {
+		t.Fatalf("stop of a missing unit: %v", err)
+	}
+	if _, err := c.UnitProperties(ctx, "podunit-missing.service", "Service"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("properties of a missing unit: %v", err)
+	}
+	if err := c.KillUnit(ctx, "podunit-missing.service", 15, false); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("kill of a missing unit: %v", err)
+	}
+
+	// A failed unit kept around (CollectMode=inactive) blocks its name
+	// until reset; the adapter resets and retries once.
+	failing := []systemd.Property{sd.PropExecStart([]string{"/bin/false"}, false), sd.PropType("oneshot")}
+	if err := c.StartTransientUnit(ctx, "podunit-fails.service", failing); !systemd.IsJobError(err) {
+		t.Fatalf("failing oneshot: %v, want a JobError", err)
+	}
+	if err := c.StartTransientUnit(ctx, "podunit-fails.service", props("/bin/sleep", "300")); err != nil {
+		t.Fatalf("start over a failed unit: %v", err)
+	}
+	units, err := c.ListUnits(ctx, "podunit-*.service")
+	if err != nil || len(units) != 1 || units[0].Name != "podunit-fails.service" {
+		t.Fatalf("list: %v %+v", err, units)
+	}
+
+	// dbus-daemon restart: calls fail at most briefly, then the adapter
+	// has a new connection.
+	if out, err := h.Exec("systemctl", "restart", "dbus.service"); err != nil {
+		t.Fatalf("restart dbus: %v %s", err, out)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := c.StopUnit(ctx, "podunit-fails.service")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no reconnect after dbus restart: %v", err)
+		}
+		if !errors.Is(err, errdefs.ErrUnavailable) && !errors.Is(err, errdefs.ErrDeadline) && !strings.Contains(err.Error(), "closed") {
+			t.Logf("during bus restart: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, err := c.UnitProperties(ctx, "podunit-fails.service", "Service"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("unit still there after stop: %v", err)
+	}
+}
