@@ -1,8 +1,3 @@
-//go:build podunit_pods
-
-// The podunit_pods tag keeps this file out of the build until the server
-// has its pods field (Server.pods *sandbox.Manager): wiring removes the tag.
-
 package cri
 
 import (

@@ -1,5 +1,3 @@
-//go:build podunit_pods
-
 package cri
 
 import (

@@ -9,6 +9,7 @@ import (
 
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/imagestore"
+	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/systemd"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -25,6 +26,7 @@ type Deps struct {
 	Config  *config.Config
 	Systemd systemd.Conn
 	Images  *imagestore.Store
+	Pods    *sandbox.Manager
 	Version string
 	Logger  *slog.Logger
 	// Network reports whether pod networking is configured; nil means
@@ -42,6 +44,7 @@ type Server struct {
 	cfg     *config.Config
 	sd      systemd.Conn
 	images  *imagestore.Store
+	pods    *sandbox.Manager
 	version string
 	log     *slog.Logger
 	network func(ctx context.Context) error
@@ -49,7 +52,7 @@ type Server struct {
 
 // New builds the server from its dependencies.
 func New(d Deps) *Server {
-	s := &Server{cfg: d.Config, sd: d.Systemd, images: d.Images, version: d.Version, log: d.Logger, network: d.Network}
+	s := &Server{cfg: d.Config, sd: d.Systemd, images: d.Images, pods: d.Pods, version: d.Version, log: d.Logger, network: d.Network}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

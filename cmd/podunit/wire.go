@@ -8,6 +8,7 @@ import (
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/cri"
 	"github.com/podunit/podunit/imagestore"
+	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/systemd"
 )
 
@@ -16,6 +17,7 @@ type services struct {
 	cri     *cri.Server
 	systemd *systemd.DBus
 	images  *imagestore.Store
+	pods    *sandbox.Manager
 }
 
 func (s *services) close() {
@@ -54,6 +56,32 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger) (*services,
 		return nil, fmt.Errorf("image store: %w", err)
 	}
 	s.images = images
-	s.cri = cri.New(cri.Deps{Config: cfg, Systemd: sd, Images: images, Version: podunitVersion(), Logger: log})
+
+	handlers := make([]string, 0, len(cfg.Runtime.Handlers))
+	for name := range cfg.Runtime.Handlers {
+		handlers = append(handlers, name)
+	}
+	pods, err := sandbox.New(sandbox.Options{
+		StateDir:    cfg.Paths.StateDir,
+		RunDir:      cfg.Paths.RunDir,
+		CNIConfDir:  cfg.CNI.ConfDir,
+		CNIBinDirs:  cfg.CNI.BinDirs,
+		ParentSlice: cfg.Systemd.ParentSlice,
+		Handlers:    handlers,
+		Systemd:     sd,
+		Logger:      log.With("component", "pods"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pod manager: %w", err)
+	}
+	if err := pods.Recover(ctx); err != nil {
+		return nil, fmt.Errorf("recover pods: %w", err)
+	}
+	s.pods = pods
+
+	s.cri = cri.New(cri.Deps{
+		Config: cfg, Systemd: sd, Images: images, Pods: pods,
+		Network: pods.NetworkReady, Version: podunitVersion(), Logger: log,
+	})
 	return s, nil
 }
