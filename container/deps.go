@@ -62,6 +62,15 @@ type Runtime interface {
 	Delete(ctx context.Context, id string, force bool) error
 }
 
+// Logs is the CRI log writer (logs.Manager): it follows the journal and
+// writes each registered container's lines to its log_path.
+type Logs interface {
+	Register(containerID, logPath string, uid, gid int) error
+	Unregister(containerID string) error
+	Flush(ctx context.Context, containerID string) error
+	Containers() []string
+}
+
 // Options configure the manager.
 type Options struct {
 	// StateDir holds one directory per container (record, exit status);
@@ -86,7 +95,10 @@ type Options struct {
 	StopMargin time.Duration
 	// ExecOutputMax caps ExecSync's stdout and stderr each.
 	ExecOutputMax int
-	Logger        *slog.Logger
+	// LogFlushTimeout bounds waiting for a finished container's last log
+	// lines before it is reported EXITED.
+	LogFlushTimeout time.Duration
+	Logger          *slog.Logger
 }
 
 // Deps are the manager's collaborators.
@@ -95,6 +107,8 @@ type Deps struct {
 	Images   ImageStore
 	Pods     Pods
 	Runtimes map[string]Runtime
+	// Logs writes CRI log files; nil means none are written (tests).
+	Logs Logs
 }
 
 func (o *Options) defaults() {
@@ -112,6 +126,9 @@ func (o *Options) defaults() {
 	}
 	if o.DefaultHandler == "" {
 		o.DefaultHandler = "runc"
+	}
+	if o.LogFlushTimeout <= 0 {
+		o.LogFlushTimeout = 5 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -117,12 +118,62 @@ func (r *fakeRuntime) Delete(ctx context.Context, id string, force bool) error {
 	return nil
 }
 
+type fakeLogs struct {
+	mu  sync.Mutex
+	log []string
+	reg map[string]bool
+}
+
+func (l *fakeLogs) add(s string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.log = append(l.log, s)
+}
+
+func (l *fakeLogs) calls() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.log, ",")
+}
+
+func (l *fakeLogs) Register(id, path string, uid, gid int) error {
+	l.add("register " + id + " " + path)
+	l.mu.Lock()
+	l.reg[id] = true
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *fakeLogs) Unregister(id string) error {
+	l.add("unregister " + id)
+	l.mu.Lock()
+	delete(l.reg, id)
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *fakeLogs) Flush(ctx context.Context, id string) error {
+	l.add("flush " + id)
+	return nil
+}
+
+func (l *fakeLogs) Containers() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ids []string
+	for id := range l.reg {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
 type env struct {
 	t      *testing.T
 	m      *Manager
 	sd     *systemd.Fake
 	imgs   *fakeImages
 	rt     *fakeRuntime
+	logs   *fakeLogs
 	opts   Options
 	deps   Deps
 	logDir string
@@ -133,13 +184,13 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	dir := t.TempDir()
-	e := &env{t: t, sd: systemd.NewFake(), rt: &fakeRuntime{}, logDir: filepath.Join(dir, "logs")}
+	e := &env{t: t, sd: systemd.NewFake(), rt: &fakeRuntime{}, logDir: filepath.Join(dir, "logs"), logs: &fakeLogs{reg: map[string]bool{}}}
 	e.imgs = &fakeImages{dir: filepath.Join(dir, "storage"), rootfs: map[string]bool{}, created: map[string]bool{}}
 	e.opts = Options{
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"), Self: "/usr/bin/podunit",
 		Caps: unitprops.Caps{SystemdVersion: 252}, StopMargin: time.Second,
 	}
-	e.deps = Deps{Systemd: e.sd, Images: e.imgs, Pods: fakePods{logDir: e.logDir}, Runtimes: map[string]Runtime{"runc": e.rt}}
+	e.deps = Deps{Systemd: e.sd, Images: e.imgs, Pods: fakePods{logDir: e.logDir}, Runtimes: map[string]Runtime{"runc": e.rt}, Logs: e.logs}
 	e.sd.StopFunc = func(u *systemd.FakeUnit) systemd.JobResult {
 		e.writeExit(idOfUnit(u.Name), &exitrec.Record{ServiceResult: "signal", ExitCode: "killed", ExitStatus: "TERM", FinishedAt: time.Now().UnixNano()})
 		return systemd.JobDone

@@ -21,6 +21,7 @@ import (
 	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/imagestore"
+	"github.com/podunit/podunit/logs"
 	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/systemd"
 	"github.com/podunit/podunit/test/harness"
@@ -123,7 +124,18 @@ func newInside(t *testing.T) *inside {
 		Caps: unitprops.Caps{SystemdVersion: 252, CgroupV2: err == nil}, Host: host,
 	}
 	rt := oci.NewRunc(oci.CLIConfig{Binary: "/usr/sbin/runc", Root: runcRoot})
-	ie.deps = Deps{Systemd: ie.sd, Images: ie.imgs, Pods: itestPods{logDir: ie.logDir}, Runtimes: map[string]Runtime{"runc": FromOCI(rt)}}
+	// The real CRI log writer (package logs), following this harness'
+	// journal, so the test sees the files `kubectl logs` reads.
+	os.RemoveAll(filepath.Join(itestDir, "logstate"))
+	lm, err := logs.New(logs.Options{StateDir: filepath.Join(itestDir, "logstate")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lm.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lm.Close() })
+	ie.deps = Deps{Systemd: ie.sd, Images: ie.imgs, Pods: itestPods{logDir: ie.logDir}, Runtimes: map[string]Runtime{"runc": FromOCI(rt)}, Logs: lm}
 	return ie
 }
 
@@ -354,6 +366,34 @@ func (ie *inside) lifecycle(ctx context.Context, t *testing.T) {
 	st, _, _ = m.Status(ctx, id, false)
 	if st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != 7 || st.Reason != ReasonError || st.FinishedAt <= st.StartedAt {
 		t.Errorf("after stop: %v", st)
+	}
+	// The CRI log is complete once the container is reported EXITED.
+	crilog, err := os.ReadFile(filepath.Join(ie.logDir, "life.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, line := range strings.Split(strings.TrimSuffix(string(crilog), "\n"), "\n") {
+		f := strings.SplitN(line, " ", 4)
+		if len(f) != 4 {
+			t.Fatalf("malformed CRI log line %q", line)
+		}
+		if _, err := time.Parse(time.RFC3339Nano, f[0]); err != nil {
+			t.Errorf("CRI log timestamp %q: %v", f[0], err)
+		}
+		got = append(got, f[1]+" "+f[2]+" "+f[3])
+	}
+	// the two streams are independent: compare per stream
+	var stdout, stderr []string
+	for _, g := range got {
+		if strings.HasPrefix(g, "stderr ") {
+			stderr = append(stderr, g)
+		} else {
+			stdout = append(stdout, g)
+		}
+	}
+	if strings.Join(stdout, "|") != "stdout F out-line|stdout F started|stdout F got-term" || strings.Join(stderr, "|") != "stderr F err-line" {
+		t.Errorf("CRI log:\n%s", crilog)
 	}
 	if err := m.Remove(ctx, id); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/exitrec"
+	"github.com/podunit/podunit/logs"
 	"github.com/podunit/podunit/systemd"
 	"github.com/podunit/podunit/unitprops"
 	"golang.org/x/sys/unix"
@@ -42,14 +43,10 @@ func (m *Manager) service(r *record, rt Runtime) unitprops.Service {
 		KillSignal:       r.StopSignal,
 		StopTimeout:      safetyStopTimeout,
 		SyslogIdentifier: name,
-		LogFields: []string{
-			"POD_NAMESPACE=" + r.PodNamespace,
-			"POD_NAME=" + r.PodName,
-			"POD_UID=" + r.PodUID,
-			"CONTAINER_NAME=" + name,
-			"CONTAINER_ID=" + r.ID,
-			fmt.Sprintf("CONTAINER_ATTEMPT=%d", r.Metadata.GetAttempt()),
-		},
+		LogFields: logs.ExtraFields(logs.Identity{
+			PodNamespace: r.PodNamespace, PodName: r.PodName, PodUID: r.PodUID,
+			ContainerName: name, ContainerID: r.ID, Attempt: r.Metadata.GetAttempt(),
+		}),
 	}
 }
 
@@ -249,6 +246,7 @@ func (m *Manager) refreshLocked(ctx context.Context, c *ctr, active string) {
 			props = p
 		}
 	}
+	m.flushLog(ctx, r)
 	n := r.clone()
 	n.State = StateExited
 	switch {
@@ -270,6 +268,19 @@ func (m *Manager) refreshLocked(ctx context.Context, c *ctr, active string) {
 		m.opts.Logger.Warn("record container exit", "container", r.ID, "err", err)
 	}
 	c.rec = n
+}
+
+// flushLog waits, bounded, until the CRI log holds the container's last
+// lines, so `kubectl logs` of an EXITED container is complete.
+func (m *Manager) flushLog(ctx context.Context, r *record) {
+	if m.logs == nil || r.LogPath == "" {
+		return
+	}
+	fctx, cancel := context.WithTimeout(ctx, m.opts.LogFlushTimeout)
+	defer cancel()
+	if err := m.logs.Flush(fctx, r.ID); err != nil {
+		m.opts.Logger.Warn("container log may miss its last lines", "container", r.ID, "err", err)
+	}
 }
 
 func reason(code int32, oom bool) string {

@@ -48,6 +48,16 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	// Resolve containers that exited while we were away.
 	_ = m.snapshot(ctx)
+	if m.logs != nil {
+		for _, id := range m.logs.Containers() {
+			m.mu.RLock()
+			_, known := m.ctrs[id]
+			m.mu.RUnlock()
+			if !known {
+				errs = append(errs, m.logs.Unregister(id))
+			}
+		}
+	}
 
 	units, err := m.sd.ListUnits(ctx, UnitPrefix+"*.service")
 	if err != nil {

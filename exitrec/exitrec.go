@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/journal"
 	"github.com/podunit/podunit/statefile"
 	"golang.org/x/sys/unix"
 )
@@ -166,11 +167,24 @@ func counter(file, key string) int {
 	return 0
 }
 
+// warn reports a problem through journald's native protocol: the unit's
+// stdout/stderr streams carry the container's log, and anything printed
+// there would show up in the CRI log as container output.
+func warn(format string, args ...any) {
+	msg := "podunit _exitrec: " + fmt.Sprintf(format, args...)
+	if journal.Enabled() {
+		if err := journal.Send(msg, journal.PriWarning, map[string]string{"SYSLOG_IDENTIFIER": "podunit-exitrec"}); err == nil {
+			return
+		}
+	}
+	fmt.Fprintln(os.Stderr, msg)
+}
+
 // Main is `podunit _exitrec`.
 func Main(args []string) int {
 	o, err := ParseArgs(args)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "podunit _exitrec:", err)
+		warn("%v", err)
 		return 2
 	}
 	rec := FromEnv(os.Getenv, time.Now())
@@ -179,17 +193,16 @@ func Main(args []string) int {
 	}
 	rc := 0
 	if err := Write(o.Dir, rec); err != nil {
-		fmt.Fprintln(os.Stderr, "podunit _exitrec:", err)
+		warn("%v", err)
 		rc = 1
 	}
 	if len(o.Argv) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, o.Argv[0], o.Argv[1:]...)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
+		out, err := exec.CommandContext(ctx, o.Argv[0], o.Argv[1:]...).CombinedOutput()
+		if err != nil {
 			// podunit deletes again on remove; the record is what matters.
-			fmt.Fprintf(os.Stderr, "podunit _exitrec: %s: %v\n", strings.Join(o.Argv, " "), err)
+			warn("%s: %v: %s", strings.Join(o.Argv, " "), err, strings.TrimSpace(string(out)))
 		}
 	}
 	return rc
