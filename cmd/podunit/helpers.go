@@ -1,0 +1,14 @@
+package main
+
+import (
+	"github.com/podunit/podunit/exitrec"
+	"github.com/podunit/podunit/stdio"
+)
+
+// Helpers that systemd runs for container units. They are subcommands of
+// the same binary so a podunit upgrade replaces them together, and they are
+// hidden because only podunit's unit definitions call them.
+func init() {
+	register("_stdio", command{hidden: true, summary: "ExecStart wrapper: connect stdout/stderr to journald streams and exec the OCI runtime", run: stdio.Main})
+	register("_exitrec", command{hidden: true, summary: "ExecStopPost helper: record the container's exit durably", run: exitrec.Main})
+}
