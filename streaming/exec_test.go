@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -37,9 +39,8 @@ func TestExecArgv(t *testing.T) {
 	}
 }
 
-// runcContainer starts a busybox container with runc (detached, no
-// terminal) and returns the runtime command to reach it.
-func runcContainer(t *testing.T, runtime string) []string {
+// busyboxBundle writes an OCI bundle with a static busybox as rootfs.
+func busyboxBundle(t *testing.T, runtime string, args []string, terminal bool) string {
 	t.Helper()
 	bin, err := exec.LookPath(runtime)
 	if err != nil {
@@ -49,8 +50,7 @@ func runcContainer(t *testing.T, runtime string) []string {
 	if err != nil {
 		t.Fatalf("busybox is required: %v", err)
 	}
-	dir := t.TempDir()
-	bundle := filepath.Join(dir, "bundle")
+	bundle := filepath.Join(t.TempDir(), "bundle")
 	rootfs := filepath.Join(bundle, "rootfs")
 	if err := os.MkdirAll(filepath.Join(rootfs, "bin"), 0o755); err != nil {
 		t.Fatal(err)
@@ -67,13 +67,10 @@ func runcContainer(t *testing.T, runtime string) []string {
 			t.Fatal(err)
 		}
 	}
-	if out, err := exec.Command(bin, "spec", "-b", bundle).CombinedOutput(); err != nil {
-		// crun has no -b for spec; run it in the bundle.
-		cmd := exec.Command(bin, "spec")
-		cmd.Dir = bundle
-		if out2, err2 := cmd.CombinedOutput(); err2 != nil {
-			t.Fatalf("%s spec: %v %s %s", runtime, err2, out, out2)
-		}
+	cmd := exec.Command(bin, "spec")
+	cmd.Dir = bundle
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s spec: %v %s", runtime, err, out)
 	}
 	cfgPath := filepath.Join(bundle, "config.json")
 	raw, err := os.ReadFile(cfgPath)
@@ -85,41 +82,67 @@ func runcContainer(t *testing.T, runtime string) []string {
 		t.Fatal(err)
 	}
 	proc := spec["process"].(map[string]any)
-	proc["terminal"] = false
-	proc["args"] = []string{"sleep", "1000"}
+	proc["terminal"] = terminal
+	proc["args"] = args
 	proc["env"] = []string{"PATH=/bin", "TERM=xterm", "MARK=from-spec"}
 	raw, _ = json.Marshal(spec)
 	if err := os.WriteFile(cfgPath, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	id := "st-" + strings.ReplaceAll(filepath.Base(dir), "/", "")
-	rt := []string{bin, "--root", filepath.Join(dir, "state")}
-	if runtime == "crun" {
-		// crun refuses cgroup v1 hybrid hosts unless it leaves cgroups
-		// alone (DESIGN.md).
-		rt = append(rt, "--cgroup-manager=disabled")
+	return bundle
+}
+
+var ctrSeq atomic.Int32
+
+// runcRun starts the bundle detached; the container inherits stdin and
+// stdout (nil: /dev/null). It returns the runtime command and the ID.
+func runcRun(t *testing.T, bundle string, extra []string, stdin, stdout *os.File) ([]string, string) {
+	t.Helper()
+	id := fmt.Sprintf("st-%d-%d", os.Getpid(), ctrSeq.Add(1))
+	rt := []string{"runc", "--root", filepath.Join(t.TempDir(), "state")}
+	args := append(append(append([]string{}, rt[1:]...), "run", "--detach", "-b", bundle), extra...)
+	run := exec.Command(rt[0], append(args, id)...)
+	if stdin != nil {
+		run.Stdin = stdin
 	}
-	run := exec.Command(rt[0], append(rt[1:], "run", "--detach", "-b", bundle, id)...)
-	// The detached container inherits the runtime's stdio: give it
-	// nothing this test would wait on.
+	if stdout != nil {
+		run.Stdout = stdout
+	}
+	// The detached container inherits the runtime's stdio: never give
+	// it a pipe this test would wait on.
+	errf, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer errf.Close()
+	run.Stderr = errf
 	if err := run.Run(); err != nil {
-		t.Fatalf("%s run: %v", runtime, err)
+		msg, _ := os.ReadFile(errf.Name())
+		t.Fatalf("runc run: %v: %s", err, msg)
 	}
 	t.Cleanup(func() {
 		exec.Command(rt[0], append(rt[1:], "delete", "--force", id)...).Run()
 	})
-	return append(rt, "\x00"+id)
+	return rt, id
 }
 
-// splitRT undoes runcContainer's packing of the ID at the end.
-func splitRT(v []string) ([]string, string) {
-	return v[:len(v)-1], strings.TrimPrefix(v[len(v)-1], "\x00")
+// runcStatus is the runtime's status of the container.
+func runcStatus(rt []string, id string) string {
+	out, err := exec.Command(rt[0], append(append([]string{}, rt[1:]...), "state", id)...).Output()
+	if err != nil {
+		return "gone"
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	json.Unmarshal(out, &st)
+	return st.Status
 }
 
 func TestCLIExecutorRealRuntime(t *testing.T) {
 	for _, runtime := range []string{"runc"} {
 		t.Run(runtime, func(t *testing.T) {
-			rt, id := splitRT(runcContainer(t, runtime))
+			rt, id := runcRun(t, busyboxBundle(t, runtime, []string{"sleep", "1000"}, false), nil, nil, nil)
 			tgt := Target{ID: id, Running: true, RuntimeCmd: rt}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

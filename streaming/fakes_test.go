@@ -1,12 +1,19 @@
 package streaming
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/streaming/pkg/httpstream/spdy"
@@ -85,4 +92,167 @@ func spdyConnect(t *testing.T, rawURL, protocol string) httpstream.Connection {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// rcStreams are the client ends of one exec or attach session.
+type rcStreams struct {
+	errs, stdin, stdout, stderr, resize httpstream.Stream
+}
+
+// remoteCommand opens the streams of the v4 remotecommand protocol the
+// way client-go does: error first, then the requested ones.
+func remoteCommand(t *testing.T, rawURL string, stdin, stdout, stderr, tty bool) rcStreams {
+	t.Helper()
+	conn := spdyConnect(t, rawURL, "v4.channel.k8s.io")
+	var s rcStreams
+	mk := func(kind string) httpstream.Stream {
+		h := http.Header{}
+		h.Set("streamType", kind)
+		st, err := conn.CreateStream(h)
+		if err != nil {
+			t.Fatalf("create %s stream: %v", kind, err)
+		}
+		return st
+	}
+	s.errs = mk("error")
+	if stdin {
+		s.stdin = mk("stdin")
+	}
+	if stdout {
+		s.stdout = mk("stdout")
+	}
+	if stderr {
+		s.stderr = mk("stderr")
+	}
+	if tty {
+		s.resize = mk("resize")
+	}
+	return s
+}
+
+func (s rcStreams) sendSize(t *testing.T, w, h int) {
+	t.Helper()
+	if _, err := fmt.Fprintf(s.resize, `{"Width":%d,"Height":%d}`, w, h); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readUntil reads r until what it has read contains want.
+func readUntil(t *testing.T, r io.Reader, want string, timeout time.Duration) string {
+	t.Helper()
+	var buf bytes.Buffer
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b := make([]byte, 4096)
+		for !strings.Contains(buf.String(), want) {
+			n, err := r.Read(b)
+			buf.Write(b[:n])
+			if err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		t.Fatalf("timed out waiting for %q", want)
+	}
+	if !strings.Contains(buf.String(), want) {
+		t.Fatalf("got %q, want it to contain %q", buf.String(), want)
+	}
+	return buf.String()
+}
+
+// status reads the session's final status from the error stream.
+func (s rcStreams) status(t *testing.T, timeout time.Duration) string {
+	t.Helper()
+	c := make(chan []byte, 1)
+	go func() { b, _ := io.ReadAll(s.errs); c <- b }()
+	select {
+	case b := <-c:
+		return string(b)
+	case <-time.After(timeout):
+		t.Fatal("session did not end")
+	}
+	return ""
+}
+
+// memStore is systemd's fd store in memory: it keeps duplicates, as
+// systemd does, so the caller's copies can be closed.
+type memStore struct {
+	mu  sync.Mutex
+	fds map[string]*os.File
+	log []string
+}
+
+func (m *memStore) Store(name string, f *os.File) error {
+	var nfd int
+	err := control(f, func(fd int) error {
+		var err error
+		nfd, err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fds == nil {
+		m.fds = map[string]*os.File{}
+	}
+	m.fds[name] = os.NewFile(uintptr(nfd), name)
+	m.log = append(m.log, "store "+name)
+	return nil
+}
+
+func (m *memStore) Remove(name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if f := m.fds[name]; f != nil {
+		f.Close()
+		delete(m.fds, name)
+	}
+	m.log = append(m.log, "remove "+name)
+	return nil
+}
+
+// restart hands the stored files back like LISTEN_FDS after a restart.
+func (m *memStore) restart() []*os.File {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*os.File
+	for name, f := range m.fds {
+		var nfd int
+		control(f, func(fd int) error {
+			var err error
+			nfd, err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+			return err
+		})
+		out = append(out, os.NewFile(uintptr(nfd), name))
+	}
+	return out
+}
+
+func (m *memStore) entries() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]string(nil), m.log...)
+}
+
+type recSink struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (r *recSink) TTYOutput(_ string, p []byte) {
+	r.mu.Lock()
+	r.buf.Write(p)
+	r.mu.Unlock()
+}
+
+func (r *recSink) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.buf.String()
 }
