@@ -2,7 +2,6 @@ package streaming
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"strings"
 
@@ -82,19 +81,17 @@ func (s NotifyFDStore) send(state string, fds []int) error {
 	if path == "" {
 		return fmt.Errorf("no NOTIFY_SOCKET: not running under systemd: %w", errdefs.ErrUnavailable)
 	}
-	if path[0] == '@' {
-		path = "\x00" + path[1:]
-	}
-	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("sd_notify: %w", err)
 	}
-	defer conn.Close()
+	defer unix.Close(fd)
 	var oob []byte
 	if len(fds) > 0 {
 		oob = unix.UnixRights(fds...)
 	}
-	if _, _, err := conn.WriteMsgUnix([]byte(state), oob, nil); err != nil {
+	// SockaddrUnix maps a leading '@' to the abstract namespace.
+	if err := unix.Sendmsg(fd, []byte(state), oob, &unix.SockaddrUnix{Name: path}, 0); err != nil {
 		return fmt.Errorf("sd_notify %q: %w", strings.SplitN(state, "\n", 2)[0], err)
 	}
 	return nil

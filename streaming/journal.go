@@ -113,7 +113,7 @@ func parseEntry(line []byte) (msg []byte, isErr, ok bool) {
 		Priority  string          `json:"PRIORITY"`
 		LineBreak string          `json:"_LINE_BREAK"`
 	}
-	if err := json.Unmarshal(line, &e); err != nil || len(e.Message) == 0 {
+	if err := json.Unmarshal(line, &e); err != nil || len(e.Message) == 0 || string(e.Message) == "null" {
 		return nil, false, false
 	}
 	var s string
@@ -159,24 +159,11 @@ func (j *JournalSink) TTYOutput(id string, p []byte) {
 	if j.partial == nil {
 		j.partial = map[string][]byte{}
 	}
-	buf := append(j.partial[id], p...)
-	var lines [][]byte
-	for {
-		i := bytes.IndexByte(buf, '\n')
-		if i < 0 {
-			break
-		}
-		lines = append(lines, buf[:i])
-		buf = buf[i+1:]
-	}
-	for len(buf) >= lineMax {
-		lines = append(lines, buf[:lineMax])
-		buf = buf[lineMax:]
-	}
-	if len(buf) == 0 {
+	lines, rest := splitLines(j.partial[id], p)
+	if len(rest) == 0 {
 		delete(j.partial, id)
 	} else {
-		j.partial[id] = append([]byte(nil), buf...)
+		j.partial[id] = rest
 	}
 	j.mu.Unlock()
 	if len(lines) == 0 {
@@ -189,6 +176,27 @@ func (j *JournalSink) TTYOutput(id string, p []byte) {
 		}
 	}
 	for _, l := range lines {
-		journal.Send(strings.TrimSuffix(string(l), "\r"), journal.PriInfo, vars)
+		journal.Send(l, journal.PriInfo, vars)
 	}
+}
+
+// splitLines appends p to a pending partial line and returns the complete
+// lines (without "\r\n" or "\n"; over-long ones cut at lineMax) and the
+// new partial line.
+func splitLines(partial, p []byte) (lines []string, rest []byte) {
+	buf := append(append([]byte(nil), partial...), p...)
+	for {
+		i := bytes.IndexByte(buf, '\n')
+		if i < 0 || i > lineMax {
+			if len(buf) < lineMax {
+				break
+			}
+			lines = append(lines, string(buf[:lineMax]))
+			buf = buf[lineMax:]
+			continue
+		}
+		lines = append(lines, strings.TrimSuffix(string(buf[:i]), "\r"))
+		buf = buf[i+1:]
+	}
+	return lines, buf
 }

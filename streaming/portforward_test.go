@@ -84,7 +84,7 @@ func podServer(t *testing.T, nsPath string) int32 {
 
 type prng struct{ r *rand.ChaCha8 }
 
-func newPRNG() io.Reader                   { return prng{rand.NewChaCha8([32]byte{7})} }
+func newPRNG() io.Reader                  { return prng{rand.NewChaCha8([32]byte{7})} }
 func (p prng) Read(b []byte) (int, error) { return p.r.Read(b) }
 
 func digest(r io.Reader) (string, int64) {
