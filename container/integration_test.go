@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/imagestore"
@@ -102,13 +101,7 @@ func newInside(t *testing.T) *inside {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Dial with a context that outlives the call: go-systemd closes the
-	// connection when the dial context ends (godbus WithContext), and the
-	// adapter's default dials with each call's context.
-	dial := func(ctx context.Context) (*sddbus.Conn, error) {
-		return sddbus.NewSystemConnectionContext(context.WithoutCancel(ctx))
-	}
-	ie := &inside{sd: systemd.New(systemd.Options{Dial: dial}), logDir: filepath.Join(itestDir, "logs")}
+	ie := &inside{sd: systemd.New(systemd.Options{}), logDir: filepath.Join(itestDir, "logs")}
 	t.Cleanup(ie.sd.Close)
 	ie.imgs = newDirImages(t, filepath.Join(itestDir, "rootfs"))
 	_, err = os.Stat("/sys/fs/cgroup/cgroup.controllers")
