@@ -269,13 +269,14 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 	return id, nil
 }
 
-// imageRef is what the kubelet compares against the pod spec's image: the
-// repo digest when there is one, the image ID otherwise.
+// imageRef is the legacy ContainerStatus.image_ref: the repo digest when
+// there is one (what the kubelet shows as the pod's imageID), the image ID
+// otherwise, in the form PullImage returns it.
 func imageRef(img *imagestore.ImageInfo) string {
 	if len(img.RepoDigests) > 0 {
 		return img.RepoDigests[0]
 	}
-	return "sha256:" + img.ID
+	return img.ID
 }
 
 // Remove stops a container if it runs and deletes everything it owns: unit,

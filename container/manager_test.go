@@ -25,7 +25,7 @@ func TestLifecycle(t *testing.T) {
 	if st.State != runtimeapi.ContainerState_CONTAINER_CREATED || st.CreatedAt == 0 || st.StartedAt != 0 {
 		t.Fatalf("after create: %v", st)
 	}
-	if st.LogPath != filepath.Join(e.logDir, "app/1.log") || st.ImageRef != "docker.io/library/busybox@sha256:bbbb" || st.ImageId != "sha256:aaaa" {
+	if st.LogPath != filepath.Join(e.logDir, "app/1.log") || st.ImageRef != "docker.io/library/busybox@sha256:bbbb" || st.ImageId != "aaaa" {
 		t.Errorf("status fields: log %q ref %q id %q", st.LogPath, st.ImageRef, st.ImageId)
 	}
 	if st.User.GetLinux().GetUid() != 0 {
