@@ -1,0 +1,123 @@
+//go:build integration
+
+package streaming
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/activation"
+	"github.com/coreos/go-systemd/v22/daemon"
+
+	"github.com/podunit/podunit/test/harness"
+)
+
+// fdStoreService is the body of a Type=notify service in the harness: on
+// first start it prepares a stdin FIFO (parking the write end in its fd
+// store); after a restart it writes through the descriptor systemd gave
+// back.
+func init() { fdStoreService = runFDStoreService }
+
+func runFDStoreService() int {
+	out := os.Getenv("STREAMING_OUT")
+	stored, _ := SplitActivationFiles(activation.Files(true))
+	stdio := NewStdio(StdioConfig{SocketDir: filepath.Join(out, "sock"), Restored: stored})
+	if len(stored) == 0 {
+		if _, err := stdio.Prepare(PrepareRequest{ID: "x", Dir: out, Stdin: true}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		os.WriteFile(filepath.Join(out, "prepared"), nil, 0o644)
+	} else {
+		w := stdio.stdinWriter("x")
+		if w == nil {
+			fmt.Fprintln(os.Stderr, "no stdin restored")
+			return 1
+		}
+		fmt.Fprintf(w, "restored-%d\n", os.Getpid())
+	}
+	daemon.SdNotify(false, daemon.SdNotifyReady)
+	select {}
+}
+
+func TestFDStoreKeepsStdinAcrossRestart(t *testing.T) {
+	bin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("/tmp", "stfd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "svc"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := harness.Start(t, harness.Options{Binds: []string{dir}})
+	h.MustExec("systemd-run", "--unit=fdtest", "-p", "Type=notify", "-p", "FileDescriptorStoreMax=16",
+		"-p", "Restart=always", "-p", "RestartSec=200ms",
+		"--setenv=STREAMING_FDSTORE_SERVICE=1", "--setenv=STREAMING_OUT="+dir,
+		filepath.Join(dir, "svc"), "-test.run=^$")
+	t.Cleanup(func() { h.Exec("systemctl", "stop", "fdtest.service") })
+	waitFile(t, filepath.Join(dir, "prepared"))
+	// The container's side: the FIFO's reader.
+	in, err := OpenStdin(filepath.Join(dir, "stdin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	lines := make(chan string, 4)
+	go func() {
+		br := bufio.NewReader(in)
+		for {
+			l, err := br.ReadString('\n')
+			if l != "" {
+				lines <- l
+			}
+			if err != nil {
+				close(lines)
+				return
+			}
+		}
+	}()
+	expect := func(how string) {
+		t.Helper()
+		select {
+		case l, ok := <-lines:
+			if !ok || !strings.HasPrefix(l, "restored-") {
+				t.Fatalf("%s: read %q (open %v): the stdin write end was not handed back", how, l, ok)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: nothing written through the restored descriptor\n%s", how, unitJournal(h))
+		}
+	}
+	h.MustExec("systemctl", "restart", "fdtest.service")
+	expect("systemctl restart")
+	h.MustExec("systemctl", "kill", "--signal=SIGKILL", "fdtest.service")
+	expect("crash and Restart=always")
+}
+
+func unitJournal(h *harness.Harness) string {
+	j, _ := h.Journal("fdtest.service")
+	return j
+}
+
+func waitFile(t *testing.T, path string) {
+	t.Helper()
+	for i := 0; i < 200; i++ {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s never appeared", path)
+}
