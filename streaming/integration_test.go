@@ -4,10 +4,12 @@ package streaming
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -120,4 +122,59 @@ func waitFile(t *testing.T, path string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("%s never appeared", path)
+}
+
+// JournalFollower against a real journald: only output written after
+// Follow returns, split by priority like the unit wrapper's two streams.
+func TestJournalFollower(t *testing.T) {
+	h := harness.Start(t, harness.Options{})
+	id := "jf1"
+	h.MustExec("systemd-run", "--unit=jftest", "-p", "LogExtraFields=CONTAINER_ID="+id,
+		"sh", "-c", "echo before; sleep 3; echo after; echo '<3>err-after'; exec sleep 600")
+	t.Cleanup(func() { h.Exec("systemctl", "stop", "jftest.service") })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		j, _ := h.Journal("jftest.service")
+		if strings.Contains(j, "before") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no output in the journal:\n%s", j)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, errb := &syncBuf{}, &syncBuf{}
+	wait, err := JournalFollower{Args: []string{"-D", h.JournalDir()}}.Follow(ctx, Target{ID: id}, out, errb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- wait() }()
+	for out.String() != "after\n" || errb.String() != "err-after\n" {
+		if ctx.Err() != nil {
+			t.Fatalf("stdout %q stderr %q", out.String(), errb.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cancel()
+	<-done
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -22,6 +22,8 @@ import (
 type JournalFollower struct {
 	// Journalctl is the binary; empty means "journalctl" on PATH.
 	Journalctl string
+	// Args go before the matches (e.g. "-D", dir for a foreign journal).
+	Args []string
 }
 
 func (j JournalFollower) bin() string {
@@ -49,7 +51,7 @@ func FollowArgv(match []string, cursor string) []string {
 }
 
 func (j JournalFollower) Follow(ctx context.Context, t Target, stdout, stderr io.Writer) (func() error, error) {
-	match := journalMatch(t)
+	match := append(append([]string{}, j.Args...), journalMatch(t)...)
 	// The position is fixed before Follow returns, so nothing the
 	// container writes in answer to attach input can be missed.
 	last, err := exec.CommandContext(ctx, j.bin(), append([]string{"--output=json", "--no-pager", "--lines=1"}, match...)...).Output()
