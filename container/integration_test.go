@@ -39,6 +39,7 @@ const (
 	itestDir     = harness.StateDirInside + "/itest"
 	itestSlice   = "podunit-itest.slice"
 	runcRoot     = "/run/podunit/runc"
+	crunRoot     = "/run/podunit/crun"
 )
 
 func TestInHarness(t *testing.T) {
@@ -55,6 +56,7 @@ func TestInHarness(t *testing.T) {
 	t.Run("ExitWhilePodunitDown", func(t *testing.T) { ie.exitWhileDown(ctx, t) })
 	t.Run("StartFailure", func(t *testing.T) { ie.startFailure(ctx, t) })
 	t.Run("OOMKilled", func(t *testing.T) { ie.oom(ctx, t) })
+	t.Run("CrunHandler", func(t *testing.T) { ie.crun(ctx, t) })
 	t.Run("Lifecycle200", func(t *testing.T) { ie.churn(ctx, t, 200) })
 }
 
@@ -117,6 +119,7 @@ func newInside(t *testing.T) *inside {
 		Caps: unitprops.Caps{SystemdVersion: 252, CgroupV2: err == nil}, Host: host,
 	}
 	rt := oci.NewRunc(oci.CLIConfig{Binary: "/usr/sbin/runc", Root: runcRoot})
+	crun := oci.NewCrun(oci.CLIConfig{Binary: "/usr/bin/crun", Root: crunRoot})
 	// The real CRI log writer (package logs), following this harness'
 	// journal, so the test sees the files `kubectl logs` reads.
 	os.RemoveAll(filepath.Join(itestDir, "logstate"))
@@ -128,7 +131,7 @@ func newInside(t *testing.T) *inside {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lm.Close() })
-	ie.deps = Deps{Systemd: ie.sd, Images: ie.imgs, Pods: itestPods{logDir: ie.logDir}, Runtimes: map[string]Runtime{"runc": FromOCI(rt)}, Logs: lm}
+	ie.deps = Deps{Systemd: ie.sd, Images: ie.imgs, Pods: itestPods{logDir: ie.logDir}, Runtimes: map[string]Runtime{"runc": FromOCI(rt), "crun": FromOCI(crun)}, Logs: lm}
 	return ie
 }
 
@@ -147,7 +150,11 @@ func (ie *inside) manager(t *testing.T) *Manager {
 type itestPods struct{ logDir string }
 
 func (p itestPods) Pod(ctx context.Context, id string) (*Pod, error) {
-	return &Pod{ID: id, Slice: itestSlice, LogDirectory: p.logDir, Config: &runtimeapi.PodSandboxConfig{
+	handler := ""
+	if strings.HasPrefix(id, "pod-crun") {
+		handler = "crun"
+	}
+	return &Pod{ID: id, Slice: itestSlice, LogDirectory: p.logDir, RuntimeHandler: handler, Config: &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: "itest-" + id, Namespace: "itest", Uid: "uid-" + id},
 		Hostname: "itest",
 	}}, nil
@@ -585,6 +592,49 @@ func (ie *inside) oom(ctx context.Context, t *testing.T) {
 	ie.assertNoLeaks(ctx, t)
 }
 
+// crun runs with --cgroup-manager=disabled: the container stays in the
+// unit's own cgroup, under the unit's limits.
+func (ie *inside) crun(ctx context.Context, t *testing.T) {
+	m := ie.manager(t)
+	cfg := shConfig("crun", trapTerm)
+	cfg.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 40 << 20}
+	id := ie.run(ctx, t, m, cfg)
+	if err := waitReady(ctx, m, id); err != nil {
+		t.Fatal(err)
+	}
+	_, info, _ := m.Status(ctx, id, true)
+	if !strings.Contains(info["info"], `"runtimeHandler":"crun"`) {
+		t.Errorf("handler: %s", info["info"])
+	}
+	props, err := ie.sd.UnitProperties(ctx, unitName(id), "Service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := props["MainPID"].(uint32)
+	cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if !strings.Contains(string(cg), systemd.SlicePath(itestSlice)+"/"+unitName(id)) {
+		t.Errorf("crun container outside its unit:\n%s", cg)
+	}
+	if !ie.opts.Caps.CgroupV2 {
+		if got := cgroupFile("memory", unitName(id), "memory.limit_in_bytes"); got != "41943040" {
+			t.Errorf("memory.limit_in_bytes = %s", got)
+		}
+	}
+	if out, _, code, err := m.ExecSync(ctx, id, []string{"echo", "hi"}, 5); err != nil || code != 0 || string(out) != "hi\n" {
+		t.Errorf("exec: %q %d %v", out, code, err)
+	}
+	if err := m.Stop(ctx, id, 5); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := m.Status(ctx, id, false); st.GetExitCode() != 7 {
+		t.Errorf("after stop: %v", st)
+	}
+	if err := m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	ie.assertNoLeaks(ctx, t)
+}
+
 func (ie *inside) churn(ctx context.Context, t *testing.T, n int) {
 	if testing.Short() {
 		n = 20
@@ -651,7 +701,7 @@ func (ie *inside) assertNoLeaks(ctx context.Context, t *testing.T) {
 			t.Errorf("mount left: %s", line)
 		}
 	}
-	for _, d := range []string{runcRoot, ie.opts.StateDir, ie.opts.RunDir} {
+	for _, d := range []string{runcRoot, crunRoot, ie.opts.StateDir, ie.opts.RunDir} {
 		ents, err := os.ReadDir(d)
 		if err != nil && !os.IsNotExist(err) {
 			t.Error(err)
