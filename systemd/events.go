@@ -75,7 +75,10 @@ type UnitState struct {
 	ExecMainCode   int32
 	ExecMainStatus int32
 	HaveExecMain   bool
-	MainPID        uint32
+	// ExecMainExitTimestamp is when the main process exited, in
+	// microseconds since the epoch (0 while it runs).
+	ExecMainExitTimestamp uint64
+	MainPID               uint32
 }
 
 // Stopped reports whether the unit reached a final state.
@@ -414,6 +417,12 @@ func ApplyPropertiesChanged(st *UnitState, body []any) ([]string, error) {
 			if n, ok := v.Value().(int32); ok && (n != st.ExecMainStatus || !st.HaveExecMain) {
 				st.ExecMainStatus, st.HaveExecMain = n, true
 				changed = append(changed, "ExecMainStatus")
+			}
+		}
+		if v, ok := props["ExecMainExitTimestamp"]; ok {
+			if n, ok := v.Value().(uint64); ok && n != st.ExecMainExitTimestamp {
+				st.ExecMainExitTimestamp = n
+				changed = append(changed, "ExecMainExitTimestamp")
 			}
 		}
 		if v, ok := props["MainPID"]; ok {

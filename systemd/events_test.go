@@ -63,9 +63,10 @@ func TestApplyPropertiesChanged(t *testing.T) {
 	var st UnitState
 	ch, err := ApplyPropertiesChanged(&st, []any{sdSvcIface, map[string]godbus.Variant{
 		"Result": v("exit-code"), "ExecMainCode": v(int32(1)), "ExecMainStatus": v(int32(7)), "MainPID": v(uint32(0)),
-		"StatusText": v("ignored"),
+		"ExecMainExitTimestamp": v(uint64(1700000000000000)),
+		"StatusText":            v("ignored"),
 	}, []string{}})
-	if err != nil || !reflect.DeepEqual(ch, []string{"Result", "ExecMainCode", "ExecMainStatus"}) {
+	if err != nil || !reflect.DeepEqual(ch, []string{"Result", "ExecMainCode", "ExecMainStatus", "ExecMainExitTimestamp"}) {
 		t.Fatalf("service props: %v, %v", ch, err)
 	}
 	ch, err = ApplyPropertiesChanged(&st, []any{sdUnitIface, map[string]godbus.Variant{
@@ -74,7 +75,7 @@ func TestApplyPropertiesChanged(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(ch, []string{"ActiveState", "SubState"}) {
 		t.Fatalf("unit props: %v, %v", ch, err)
 	}
-	want := UnitState{ActiveState: "failed", SubState: "failed", Result: "exit-code", ExecMainCode: 1, ExecMainStatus: 7, HaveExecMain: true}
+	want := UnitState{ActiveState: "failed", SubState: "failed", Result: "exit-code", ExecMainCode: 1, ExecMainStatus: 7, HaveExecMain: true, ExecMainExitTimestamp: 1700000000000000}
 	if st != want || !st.Stopped() {
 		t.Fatalf("state %+v, want %+v", st, want)
 	}
