@@ -8,6 +8,8 @@ import (
 	"os"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/podunit/podunit/errdefs"
 )
 
@@ -35,8 +37,8 @@ type attachSession struct {
 }
 
 func (s *attachSession) run(ctx context.Context) error {
-	if s.h.d.Stdio == nil && (s.t.TTY || (s.t.Stdin && s.in != nil)) {
-		return fmt.Errorf("container %s: attach to stdin or a terminal is not configured: %w", s.t.ID, errdefs.ErrPrecondition)
+	if s.h.d.Stdio == nil && s.t.TTY {
+		return fmt.Errorf("container %s: attach to a terminal is not configured: %w", s.t.ID, errdefs.ErrPrecondition)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -136,16 +138,21 @@ func (s *attachSession) runPipes(ctx context.Context) error {
 		go func() { waitOut <- wait() }()
 	}
 	var inDone chan struct{}
+	closesStdin := false
 	if s.in != nil && s.t.Stdin {
-		w := s.h.d.Stdio.stdinWriter(s.t.ID)
-		if w == nil {
-			return fmt.Errorf("container %s: its stdin is closed (stdin_once) or was lost: %w", s.t.ID, errdefs.ErrPrecondition)
+		w, held, err := s.stdinWriter()
+		if err != nil {
+			return err
 		}
+		closesStdin = held && s.t.StdinOnce
 		inDone = make(chan struct{})
 		go func() {
 			defer close(inDone)
+			if !held {
+				defer w.Close()
+			}
 			_, err := io.Copy(w, s.in)
-			if err == nil && s.t.StdinOnce {
+			if err == nil && closesStdin {
 				s.h.d.Stdio.closeStdin(s.t.ID)
 			}
 			if err != nil && !errors.Is(err, os.ErrClosed) {
@@ -165,7 +172,7 @@ func (s *attachSession) runPipes(ctx context.Context) error {
 		// As the kubelet expects: with stdin_once the container's stdin
 		// is now closed and output follows until it exits; otherwise the
 		// session ends with the client's stdin.
-		if s.t.StdinOnce && following {
+		if closesStdin && following {
 			select {
 			case <-ctx.Done():
 			case <-stopped:
@@ -183,3 +190,23 @@ func (s *attachSession) runPipes(ctx context.Context) error {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// stdinWriter is where attach input goes: the write end Stdio holds, or
+// else a write end of the container's FIFO opened for this session.
+func (s *attachSession) stdinWriter() (w *os.File, held bool, err error) {
+	if s.h.d.Stdio != nil {
+		if w := s.h.d.Stdio.stdinWriter(s.t.ID); w != nil {
+			return w, true, nil
+		}
+	}
+	if s.t.StdinPath == "" {
+		return nil, false, fmt.Errorf("container %s: its stdin is closed (stdin_once) or was lost: %w", s.t.ID, errdefs.ErrPrecondition)
+	}
+	// Non-blocking: with no reader (container gone) this fails with ENXIO
+	// instead of hanging.
+	f, err := os.OpenFile(s.t.StdinPath, os.O_WRONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, false, fmt.Errorf("container %s: open stdin: %v: %w", s.t.ID, err, errdefs.ErrPrecondition)
+	}
+	return f, false, nil
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/podunit/podunit/errdefs"
 )
@@ -88,35 +91,43 @@ func TestAttachTTYAcrossRestart(t *testing.T) {
 	}
 }
 
-// pipeOutput is an OutputSource fed by the container's stdout pipe.
+// pipeOutput is an OutputSource fed by the container's stdout pipe; one
+// reader goroutine hands chunks to whichever session follows.
 type pipeOutput struct {
-	mu sync.Mutex
-	r  *os.File
+	r    *os.File
+	once sync.Once
+	c    chan []byte
 }
 
 func (p *pipeOutput) Follow(ctx context.Context, _ Target, stdout, _ io.Writer) (func() error, error) {
-	return func() error {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		done := make(chan struct{})
+	p.once.Do(func() {
+		p.c = make(chan []byte)
 		go func() {
-			b := make([]byte, 4096)
+			defer close(p.c)
 			for {
+				b := make([]byte, 4096)
 				n, err := p.r.Read(b)
 				if n > 0 {
-					stdout.Write(b[:n])
+					p.c <- b[:n]
 				}
 				if err != nil {
-					break
+					return
 				}
 			}
-			close(done)
 		}()
-		select {
-		case <-ctx.Done():
-		case <-done:
+	})
+	return func() error {
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case b, ok := <-p.c:
+				if !ok {
+					return nil
+				}
+				stdout.Write(b)
+			}
 		}
-		return nil
 	}, nil
 }
 
@@ -185,5 +196,44 @@ func TestAttachStdinOnceFIFO(t *testing.T) {
 	}
 	if _, err := s.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: id, Stdout: true}); !errors.Is(err, errdefs.ErrPrecondition) {
 		t.Fatalf("attach to a stopped container: %v, want FailedPrecondition", err)
+	}
+}
+
+// The unit's wrapper opened the FIFO read-write itself (no Prepare):
+// input still arrives, and a session ends with the client's stdin even
+// for stdin_once, since nothing can close the container's stdin.
+func TestAttachUnheldFIFO(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "stdin")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outR.Close()
+	rt, rid := runcRun(t, busyboxBundle(t, "runc", []string{"sh"}, false), nil, in, outW)
+	in.Close()
+	outW.Close()
+	ctrs := &fakeContainers{}
+	ctrs.set(Target{ID: "unheld", Running: true, Stdin: true, StdinOnce: true, StdinPath: fifo, RuntimeCmd: rt})
+	s := startServer(t, Deps{Containers: ctrs, Pods: fakePods{}, Stdio: NewStdio(StdioConfig{Store: &memStore{}}), Output: &pipeOutput{r: outR}})
+	for i, word := range []string{"one", "two"} {
+		resp, err := s.Attach(context.Background(), &runtimeapi.AttachRequest{ContainerId: "unheld", Stdin: true, Stdout: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := remoteCommand(t, resp.Url, true, true, false, false)
+		io.WriteString(st.stdin, "echo "+word+"\n")
+		readUntil(t, st.stdout, word+"\n", 10*time.Second)
+		st.stdin.Close()
+		st.status(t, 10*time.Second)
+		if got := runcStatus(rt, rid); got != "running" {
+			t.Fatalf("session %d: container %s", i, got)
+		}
 	}
 }

@@ -19,8 +19,14 @@ type Target struct {
 	// RuntimeCmd is the OCI runtime binary and its global flags, as the
 	// container was created with them (e.g. runc --root /run/podunit/runc).
 	RuntimeCmd []string
-	// TTY, Stdin and StdinOnce are the container config's values.
+	// TTY, Stdin and StdinOnce are the container config's values; TTY
+	// means the container really runs on a terminal whose master Stdio
+	// holds (false when it was started without one).
 	TTY, Stdin, StdinOnce bool
+	// StdinPath is the container's stdin FIFO, used for attach input when
+	// Stdio holds no write end for it (the unit's wrapper opened the FIFO
+	// read-write itself: input works, stdin_once cannot end it).
+	StdinPath string
 	// JournalMatch selects the container's output in the journal for
 	// non-TTY attach (journalctl match syntax, e.g. "CONTAINER_ID=<id>");
 	// empty means CONTAINER_ID=<ID>.
