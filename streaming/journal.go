@@ -145,9 +145,10 @@ func parseEntry(line []byte) (msg []byte, isErr, ok bool) {
 // log file sees both alike (matching on CONTAINER_ID, not _SYSTEMD_UNIT,
 // which is podunit.service for these).
 type JournalSink struct {
-	// Fields returns the container's journal fields (POD_NAME,
-	// CONTAINER_NAME, SYSLOG_IDENTIFIER...); it may be nil.
-	Fields func(containerID string) map[string]string
+	// Fields returns the container's journal fields as "NAME=value"
+	// (logs.ExtraFields: PODUNIT_LOG=1, POD_NAME, CONTAINER_NAME...,
+	// optionally SYSLOG_IDENTIFIER); it may be nil.
+	Fields func(containerID string) []string
 
 	mu      sync.Mutex
 	partial map[string][]byte
@@ -173,8 +174,10 @@ func (j *JournalSink) TTYOutput(id string, p []byte) {
 	}
 	vars := map[string]string{"CONTAINER_ID": id, "PODUNIT_TTY": "1"}
 	if j.Fields != nil {
-		for k, v := range j.Fields(id) {
-			vars[k] = v
+		for _, kv := range j.Fields(id) {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				vars[k] = v
+			}
 		}
 	}
 	for _, l := range lines {
