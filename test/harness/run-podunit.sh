@@ -20,7 +20,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HARNESS=$REPO/test/harness/podunit-harness.sh
 RUN_HARNESS=${RUN_HARNESS:-/var/lib/podunit-harness}
 D=$RUN_HARNESS/sd
-BIN=/usr/local/bin/podunit
+BIN=/usr/bin/podunit   # where contrib/systemd/podunit.service expects it
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -53,13 +53,16 @@ start() {
 	[[ $(id -u) == 0 ]] || die "run as root"
 	install -m 0755 "$REPO/bin/podunit" "$BIN"
 	mkdir -p /etc/podunit /var/lib/podunit /var/log/pods
+	[[ -e /etc/podunit/podunit.toml ]] || printf '# podunit configuration; `podunit config` prints every key with its value\n' >/etc/podunit/podunit.toml
 	ensure_cni
 	if systemd_host; then
 		if [[ -f $REPO/contrib/systemd/podunit.service ]]; then
 			install -m 0644 "$REPO"/contrib/systemd/podunit.* /etc/systemd/system/
 			systemctl daemon-reload
+			systemctl stop podunit.service 2>/dev/null || true
 			systemctl enable podunit.service
-			systemctl restart podunit.service
+			[[ ! -f /etc/systemd/system/podunit.socket ]] || systemctl start podunit.socket
+			systemctl start podunit.service
 		else
 			systemctl stop podunit.service 2>/dev/null || true
 			systemctl reset-failed podunit.service 2>/dev/null || true
@@ -90,6 +93,8 @@ start() {
 
 stop() {
 	if systemd_host; then
+		# the socket first: a connection must not activate the service again
+		systemctl stop podunit.socket 2>/dev/null || true
 		systemctl stop podunit.service 2>/dev/null || true
 		log "podunit.service stopped"
 		return
