@@ -23,7 +23,8 @@ const safetyStopTimeout = 10 * time.Minute
 // service describes r's unit; the pure builder turns it into properties.
 func (m *Manager) service(r *record, rt Runtime) unitprops.Service {
 	name := r.Metadata.GetName()
-	execStart := []string{m.opts.Self, "_stdio", "--unit", r.Unit, "--identifier", name}
+	execStart := []string{m.opts.Self, "_stdio", "--unit", r.Unit, "--identifier", name,
+		"--cgroup-root", m.opts.CgroupRoot, "--cgroup-leaf", "runtime"}
 	if r.Config.GetStdin() {
 		execStart = append(execStart, "--stdin-fifo", m.stdinFIFO(r.ID))
 	}

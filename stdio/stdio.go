@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -39,6 +40,11 @@ type Options struct {
 	Socket     string
 	// StdinFIFO, when set, becomes the container's stdin (CRI stdin=true).
 	StdinFIFO string
+	// CgroupLeaf, on a unified (v2) hierarchy, is the sub-cgroup of the
+	// unit the wrapper moves into before exec'ing the runtime.
+	CgroupLeaf string
+	// CgroupRoot is where the cgroup hierarchy is mounted.
+	CgroupRoot string
 	Argv      []string
 }
 
@@ -51,12 +57,17 @@ func ParseArgs(args []string) (Options, error) {
 	fs.StringVar(&o.Identifier, "identifier", "", "SYSLOG_IDENTIFIER of the lines")
 	fs.StringVar(&o.Socket, "socket", DefaultSocket, "journald stdout socket")
 	fs.StringVar(&o.StdinFIFO, "stdin-fifo", "", "named pipe to use as stdin")
+	fs.StringVar(&o.CgroupLeaf, "cgroup-leaf", "", "on cgroup v2, sub-cgroup of the unit to run the runtime in")
+	fs.StringVar(&o.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup mount point")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	o.Argv = fs.Args()
 	if o.Unit == "" || len(o.Argv) == 0 {
 		return o, errors.New("usage: _stdio --unit UNIT [--identifier ID] [--socket PATH] -- COMMAND [ARG...]")
+	}
+	if strings.ContainsAny(o.CgroupLeaf, "/") || o.CgroupLeaf == "." || o.CgroupLeaf == ".." {
+		return o, fmt.Errorf("cgroup leaf %q must be a plain name", o.CgroupLeaf)
 	}
 	if o.Identifier == "" {
 		o.Identifier = o.Unit
@@ -146,6 +157,39 @@ func OpenStdin(path string) error {
 	return nil
 }
 
+// EnterLeaf moves the calling process from its (the unit's) cgroup into the
+// sub-cgroup leaf, on a unified hierarchy only. cgroup v2 forbids processes
+// in a cgroup whose controllers are delegated to children: left in the
+// unit's cgroup, runc could not enable controllers for the container's
+// cgroup beside it, falls back to a threaded subtree, and systemd then
+// cannot spawn ExecStopPost there. On v1/hybrid nothing is to be done.
+func EnterLeaf(root, leaf string) error {
+	if leaf == "" {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err != nil {
+		return nil
+	}
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return err
+	}
+	own := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			own = p
+		}
+	}
+	if own == "" {
+		return fmt.Errorf("no cgroup v2 entry in /proc/self/cgroup")
+	}
+	dir := filepath.Join(root, own, leaf)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("0"), 0o644)
+}
+
 // Main is `podunit _stdio`: it only returns on failure.
 func Main(args []string) int {
 	o, err := ParseArgs(args)
@@ -157,6 +201,10 @@ func Main(args []string) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "podunit _stdio:", err)
 		return 127
+	}
+	if err := EnterLeaf(o.CgroupRoot, o.CgroupLeaf); err != nil {
+		fmt.Fprintln(os.Stderr, "podunit _stdio: cgroup leaf:", err)
+		return 1
 	}
 	if o.StdinFIFO != "" {
 		if err := OpenStdin(o.StdinFIFO); err != nil {

@@ -170,3 +170,42 @@ func TestStdinFIFONeverEOF(t *testing.T) {
 		t.Errorf("stdout %q: stdin must stay open after the writer leaves", out)
 	}
 }
+
+func TestEnterLeaf(t *testing.T) {
+	// v1/hybrid root: nothing to do, nothing created
+	v1 := t.TempDir()
+	if err := EnterLeaf(v1, "runtime"); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(v1); len(ents) != 0 {
+		t.Errorf("v1: created %v", ents)
+	}
+	// a fake v2 root mirroring our own cgroup path: the pid lands in the leaf
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			own = p
+		}
+	}
+	if own == "" {
+		t.Fatalf("no v2 line in %q", b)
+	}
+	v2 := t.TempDir()
+	os.WriteFile(filepath.Join(v2, "cgroup.controllers"), []byte("memory\n"), 0o644)
+	if err := os.MkdirAll(filepath.Join(v2, own), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnterLeaf(v2, "runtime"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(filepath.Join(v2, own, "runtime", "cgroup.procs")); string(got) != "0" {
+		t.Errorf("cgroup.procs = %q", got)
+	}
+	if _, err := ParseArgs([]string{"--unit", "u", "--cgroup-leaf", "../x", "--", "runc"}); err == nil {
+		t.Error("leaf with a slash accepted")
+	}
+}
