@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -174,6 +176,58 @@ func TestCLIExecutorRealRuntime(t *testing.T) {
 			if err != nil || code != 0 || out.String() != "hello\r\n40 100\r\n" {
 				t.Fatalf("tty: code %d err %v stdout %q", code, err, out.String())
 			}
+
+			// An interactive shell resized mid-session.
+			rs = make(chan WinSize, 2)
+			rs <- WinSize{Width: 80, Height: 24}
+			inR, inW := io.Pipe()
+			sb := &syncBuffer{}
+			res := make(chan error, 1)
+			go func() {
+				code, err := e.Exec(ctx, tgt, ExecProcess{Args: []string{"sh"}, TTY: true, Stdin: inR, Stdout: sb, Resize: rs})
+				if err == nil && code != 5 {
+					err = fmt.Errorf("exit code %d, want 5", code)
+				}
+				res <- err
+			}()
+			io.WriteString(inW, "stty size\n")
+			waitFor(t, sb, "24 80")
+			rs <- WinSize{Width: 132, Height: 43}
+			time.Sleep(200 * time.Millisecond)
+			io.WriteString(inW, "stty size; exit 5\n")
+			waitFor(t, sb, "43 132")
+			if err := <-res; err != nil {
+				t.Fatalf("interactive: %v: %q", err, sb.String())
+			}
+			inW.Close()
 		})
 	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func waitFor(t *testing.T, s *syncBuffer, want string) {
+	t.Helper()
+	for i := 0; i < 100; i++ {
+		if strings.Contains(s.String(), want) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("output %q never contained %q", s.String(), want)
 }
