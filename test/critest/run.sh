@@ -53,6 +53,13 @@ EXPECTED=$KIT_DIR/expected-pass.txt
 DIGEST_SPEC='public image with digest should be pulled and removed'
 
 require_root
+# one run at a time on a machine: runs share host ports 12000-12003, the
+# pu-test0 bridge, the CNI chains and the output directory
+exec 9>"/run/lock/podunit-critest.lock" 2>/dev/null || exec 9>"/tmp/podunit-critest.lock"
+if ! flock -n 9; then
+	log "another critest run holds the lock; waiting for it"
+	flock 9
+fi
 PODUNIT_BINARY=$(realpath -e "$PODUNIT_BINARY") || die "no podunit binary (run make build)"
 case $PODUNIT_BINARY in "$REPO"/*) ;; *) die "PODUNIT_BINARY must lie inside $REPO (bound into the harness)";; esac
 command -v critest >/dev/null || die "critest missing: run test/critest/install-tools.sh"
