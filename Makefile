@@ -33,7 +33,7 @@ RUN_HARNESS ?= /var/lib/podunit-harness
 RUN_DIR := $(RUN_HARNESS)/sd
 
 .PHONY: build run stop test lint fmt-check vet staticcheck unit integration critest \
-	deps-run deps-test critest-tools crictl clean
+	deps-run deps-test critest-tools staticcheck-tool crictl clean
 
 build:
 	go build -o $(BIN) ./cmd/podunit
@@ -63,8 +63,10 @@ stop:
 critest-tools:
 	@bash $(KIT)/install-tools.sh
 
-deps-test: critest-tools
+deps-test: critest-tools staticcheck-tool
 	@source $(KIT)/lib.sh && require_root && ensure_packages $(TEST_DEPS)
+
+staticcheck-tool:
 	@if ! $(TOOLS_BIN)/staticcheck -version 2>/dev/null | grep -qF '($(STATICCHECK_VERSION:v%=%))'; then \
 		echo "installing staticcheck $(STATICCHECK_VERSION)"; \
 		GOFLAGS= GOBIN=$(TOOLS_BIN) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); \
@@ -93,7 +95,7 @@ vet:
 # deprecated CRI fields kubelets still send (seccomp_profile_path,
 # apparmor_profile, ...), so those uses are deliberate, not drift.
 STATICCHECK_CHECKS := inherit,-SA1019
-staticcheck:
+staticcheck: staticcheck-tool
 	$(TOOLS_BIN)/staticcheck -checks=$(STATICCHECK_CHECKS) -tags=$(TAGS),integration ./...
 
 lint: fmt-check vet staticcheck
@@ -114,3 +116,17 @@ critest: critest-tools build
 
 clean:
 	rm -rf $(CURDIR)/bin
+
+## -------------------------------------------------------- kubelet-e2e ----
+
+# podunit under a real kubelet v1.37 (standalone, static pods) inside the
+# harness: restarts, probes, logs, exec, teardown, podunit SIGKILL and D-Bus
+# restarts. The kubelet is built once from the Go module proxy and cached in
+# /var/cache/podunit-kubelet. SCENARIOS='logs exec' runs a subset
+# (test/kubelet/e2e.sh lists them). Not part of `make test` (~8 min).
+.PHONY: kubelet kubelet-e2e
+kubelet:
+	@bash $(CURDIR)/test/kubelet/build-kubelet.sh
+
+kubelet-e2e: critest-tools build kubelet
+	@PODUNIT_BINARY=$(BIN) bash $(CURDIR)/test/kubelet/e2e.sh $(SCENARIOS)
