@@ -180,7 +180,9 @@ args=(-runtime-endpoint "$ENDPOINT" -image-endpoint "$ENDPOINT"
 [[ -n $CRITEST_ARGS ]] && args+=($CRITEST_ARGS)
 log "critest ${args[*]}  (log: $CRITEST_OUT/critest.log)"
 crc=0
-TMPDIR=$BASE/tmp critest "${args[@]}" >"$CRITEST_OUT/critest.log" 2>&1 || crc=$?
+# critest fetches pod web servers with Go's default client, which honours proxies
+env -u http_proxy -u HTTP_PROXY -u https_proxy -u HTTPS_PROXY TMPDIR="$BASE/tmp" \
+	critest "${args[@]}" >"$CRITEST_OUT/critest.log" 2>&1 || crc=$?
 grep -E '^\s*\[FAIL\]' "$CRITEST_OUT/critest.log" | sort -u | sed 's/^ */  /' || true
 [[ -s $CRITEST_OUT/report.json ]] || { tail -n 40 "$CRITEST_OUT/critest.log" >&2; die "critest wrote no report (exit $crc)"; }
 
