@@ -130,3 +130,14 @@ kubelet:
 
 kubelet-e2e: critest-tools build kubelet
 	@PODUNIT_BINARY=$(BIN) bash $(CURDIR)/test/kubelet/e2e.sh $(SCENARIOS)
+
+## -------------------------------------------------------------- bench ----
+
+# podunit beside Debian's containerd 1.6.20 in one systemd harness, same
+# images, CNI network and machine, alternating; writes docs/benchmarks.md
+# (raw results in /var/tmp/podunit-bench). ROUNDS=N, ONLY='runp pull ...':
+# see test/bench/bench.sh. Needs the test deps and `apt-get install containerd`.
+.PHONY: bench
+bench: critest-tools build
+	@source $(KIT)/lib.sh && require_root && ensure_packages containerd
+	@PODUNIT_BINARY=$(BIN) bash $(CURDIR)/test/bench/bench.sh

@@ -1,0 +1,319 @@
+#!/usr/bin/env bash
+# bench.sh — `make bench`: podunit beside Debian's containerd 1.6.20 in one
+# systemd harness, same images, same CNI network, same machine, alternating;
+# writes docs/benchmarks.md from what this run measured.
+#
+#   bash test/bench/bench.sh            (make bench)
+# Environment:
+#   PODUNIT_BINARY  podunit binary inside the repo (default bin/podunit; make bench builds it)
+#   BENCH_OUT       raw results, logs, profiles (default /var/tmp/podunit-bench; replaced)
+#   BENCH_DOC       the table (default <repo>/docs/benchmarks.md)
+#   ROUNDS          alternating rounds of every figure but density (default 2)
+#   ONLY            space-separated subset of: runp pull startlat critest logs density profile
+#   KEEP=1          leave the harness running at the end (debugging)
+#
+# Layout: one harness (test/harness/podunit-harness.sh, --host-net --net-rw)
+# runs both podunit.service and bench-containerd.service (containerd 1.6.20 with the
+# CRI plugin, runc, SystemdCgroup = true). Both use one CNI conflist: the
+# project's test network (test/cni/10-podunit-test.conflist) with only bridge
+# name and subnet changed (pu-bench0, 10.215.0.0/16) so that a critest run of
+# test/critest on the same host cannot collide with it; its host-local
+# addresses live in the harness, shared by both runtimes. Both pull from the
+# local registry (127.0.0.1:5000): podunit with test/critest/registries.conf,
+# containerd with equivalent certs.d files written here. Within a round each
+# figure runs for one runtime, then the other; the order flips every round.
+# A figure that fails for a runtime is recorded in failures.txt and shows up
+# in the table as "not measured: <reason>"; the run goes on.
+set -euo pipefail
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$BENCH_DIR/../.." && pwd)
+source "$REPO/test/critest/lib.sh"
+HARNESS=$REPO/test/harness/podunit-harness.sh
+: "${PODUNIT_BINARY:=$REPO/bin/podunit}"
+: "${BENCH_OUT:=/var/tmp/podunit-bench}"
+: "${BENCH_DOC:=$REPO/docs/benchmarks.md}"
+: "${ROUNDS:=2}"
+: "${ONLY:=runp pull startlat critest logs density profile}"
+: "${KEEP:=0}"
+SUBNET=10.215.0.0/16
+BRIDGE=pu-bench0
+PPROF_ADDR=127.0.0.1:19099
+export PODUNIT_BENCH_TIMEOUT=${PODUNIT_BENCH_TIMEOUT:-300}
+
+require_root
+# never beside a critest run (test/critest/run.sh takes the same lock): timings
+# taken while critest loads the machine mean nothing
+exec 9>"/run/lock/podunit-critest.lock" 2>/dev/null || exec 9>"/tmp/podunit-critest.lock"
+if ! flock -n 9; then
+	log "a critest run holds the lock; waiting for it"
+	flock 9
+fi
+PODUNIT_BINARY=$(realpath -e "$PODUNIT_BINARY") || die "no podunit binary (make build)"
+case $PODUNIT_BINARY in "$REPO"/*) ;; *) die "PODUNIT_BINARY must lie inside $REPO (bound into the harness)" ;; esac
+for c in crictl critest containerd containerd-shim-runc-v2 runc skopeo jq bc curl iptables; do
+	command -v "$c" >/dev/null || die "$c missing (make deps-test; apt-get install containerd)"
+done
+
+want() { [[ " $ONLY " == *" $1 "* ]]; }
+
+registry_was_up=0
+registry_up && registry_was_up=1
+BASE="" D=""
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	if [[ -n $D && -e $D ]]; then
+		if [[ $KEEP == 1 ]]; then
+			log "KEEP=1: harness left at $D; stop: bash $HARNESS stop $D; ip link del $BRIDGE"
+			exit "$rc"
+		fi
+		for ep in "$PU" "$CD"; do
+			crictl --runtime-endpoint "$ep" --image-endpoint "$ep" rmp -a -f >/dev/null 2>&1 || true
+		done
+		journalctl -D "$D/run/log/journal" --no-pager -o short-precise -u podunit.service >"$BENCH_OUT/podunit.journal" 2>&1 || true
+		bash "$HARNESS" exec "$D" systemctl stop podunit.service bench-containerd.service >/dev/null 2>&1 || true
+		bash "$HARNESS" stop "$D" || rc=1
+	fi
+	if [[ -n $BASE ]]; then
+		ip link del "$BRIDGE" 2>/dev/null || true
+		while iptables -D FORWARD -s "$SUBNET" ! -d "$SUBNET" -m comment --comment podunit-bench -j DROP 2>/dev/null; do :; done
+		while iptables -D FORWARD -d "$SUBNET" ! -s "$SUBNET" -m comment --comment podunit-bench -j DROP 2>/dev/null; do :; done
+		[[ ! -f $BASE/ip_forward.orig ]] || cat "$BASE/ip_forward.orig" >/proc/sys/net/ipv4/ip_forward
+		if grep -qF " $BASE/" /proc/self/mountinfo; then
+			log "ERROR: mounts left under $BASE"
+			rc=1
+		else
+			rm -rf "$BASE"
+		fi
+	fi
+	((registry_was_up)) || bash "$REPO/test/critest/registry.sh" stop || true
+	exit "$rc"
+}
+trap cleanup EXIT INT TERM
+
+# ------------------------------------------------------------------ setup ----
+rm -rf "$BENCH_OUT"
+mkdir -p "$BENCH_OUT"
+RES=$BENCH_OUT/results.jsonl
+: >"$BENCH_OUT/failures.txt"
+log "building cribench"
+go build -o "$BENCH_OUT/cribench" "$BENCH_DIR/cribench"
+CRIBENCH=$BENCH_OUT/cribench
+
+if [[ ${SKIP_IMAGES:-0} != 1 ]]; then
+	bash "$REPO/test/critest/images.sh" >"$BENCH_OUT/images.log" 2>&1 ||
+		{ tail -n 30 "$BENCH_OUT/images.log" >&2; die "test/critest/images.sh failed"; }
+fi
+bash "$REPO/test/critest/registry.sh" start
+registry_up || die "no registry at $PODUNIT_TEST_REGISTRY"
+
+BASE=$(mktemp -d /tmp/pub-XXXXXX) # short: sockets live in $BASE/sd/run
+D=$BASE/sd
+PU=unix://$D/run/podunit/podunit.sock
+CD=unix://$D/run/bench-containerd/containerd.sock
+LOGROOT=$BASE/logbench
+mkdir -p "$BASE"/{pulib,ctrd,pods,etc,cni,certs.d} "$LOGROOT"
+cat /proc/sys/net/ipv4/ip_forward >"$BASE/ip_forward.orig"
+iptables -I FORWARD -s "$SUBNET" ! -d "$SUBNET" -m comment --comment podunit-bench -j DROP
+iptables -I FORWARD -d "$SUBNET" ! -s "$SUBNET" -m comment --comment podunit-bench -j DROP
+
+jq --arg b "$BRIDGE" --arg s "$SUBNET" '.name = "podunit-bench"
+	| .plugins[0].bridge = $b | .plugins[0].ipam.ranges = [[{subnet: $s}]]' \
+	"$REPO/test/cni/10-podunit-test.conflist" >"$BASE/cni/10-podunit-bench.conflist"
+cp "$BASE/cni/10-podunit-bench.conflist" "$BENCH_OUT/"
+
+# containerd: the registries of test/critest/registries.conf, as hosts.toml
+for host in $(awk -F'"' '/^prefix/ {print $2}' "$REPO/test/critest/registries.conf"); do
+	mkdir -p "$BASE/certs.d/$host"
+	printf 'server = "http://%s"\n\n[host."http://%s"]\n  capabilities = ["pull", "resolve"]\n  skip_verify = true\n' \
+		"$PODUNIT_TEST_REGISTRY" "$PODUNIT_TEST_REGISTRY" >"$BASE/certs.d/$host/hosts.toml"
+done
+
+cat >"$BASE/etc/podunit.toml" <<EOF
+# written by test/bench/bench.sh
+[image]
+registries_conf = "$REPO/test/critest/registries.conf"
+policy_path = "$REPO/test/critest/policy.json"
+
+[cni]
+conf_dir = "$BASE/cni"
+bin_dirs = ["/usr/lib/cni"]
+
+[streaming]
+address = "127.0.0.1:0"
+
+[metrics]
+address = "$PPROF_ADDR"
+EOF
+cp "$BASE/etc/podunit.toml" "$BENCH_OUT/"
+
+cat >"$BASE/ctrd/config.toml" <<EOF
+# written by test/bench/bench.sh: Debian containerd 1.6.20, CRI plugin, runc,
+# systemd cgroup driver, the same CNI conflist and registry as podunit
+version = 2
+root = "/var/lib/bench-containerd/root"
+state = "/run/bench-containerd/state"
+[grpc]
+  address = "/run/bench-containerd/containerd.sock"
+[ttrpc]
+  address = "/run/bench-containerd/containerd.sock.ttrpc"
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "registry.k8s.io/pause:3.6"
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    # no CAP_SYS_RESOURCE in this machine's bounding set (see test/critest/README.md)
+    restrict_oom_score_adj = true
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = "overlayfs"
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+          BinaryName = "/usr/sbin/runc"
+          SystemdCgroup = true
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "$BASE/cni"
+      max_conf_num = 1
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = "$BASE/certs.d"
+EOF
+cp "$BASE/ctrd/config.toml" "$BENCH_OUT/containerd.toml"
+
+log "booting the harness in $D"
+bash "$HARNESS" start "$D" --host-net --net-rw --bind "$REPO" --bind "$BASE/cni" --bind "$BASE/certs.d" \
+	--bind "$BASE/pulib:/var/lib/podunit" --bind "$BASE/ctrd:/var/lib/bench-containerd" \
+	--bind "$BASE/pods:/var/log/pods" --bind "$BASE/etc:/etc/podunit" --bind "$LOGROOT" >"$BASE/env"
+HNAME=$(bash "$HARNESS" name "$D")
+HPID=$(awk -F= '$1 == "PODUNIT_HARNESS_PID" {print $2}' "$BASE/env")
+hx() { bash "$HARNESS" exec "$D" "$@"; }
+
+log "starting podunit and containerd in the harness"
+hx systemd-run --unit=podunit.service --collect -p Type=notify -p NotifyAccess=main \
+	-p TimeoutStartSec=60 -p TimeoutStopSec=30 "$PODUNIT_BINARY" serve --config /etc/podunit/podunit.toml
+# what Debian's containerd.service sets that matters here
+hx systemd-run --unit=bench-containerd.service --collect -p Delegate=yes -p KillMode=process \
+	-p LimitNOFILE=infinity -p TasksMax=infinity /usr/bin/containerd --config /var/lib/bench-containerd/config.toml
+for ep in "$PU" "$CD"; do
+	for _ in $(seq 1 150); do
+		crictl --runtime-endpoint "$ep" --image-endpoint "$ep" version >/dev/null 2>&1 && break
+		sleep 0.2
+	done
+	crictl --runtime-endpoint "$ep" --image-endpoint "$ep" version >/dev/null 2>&1 || die "no CRI at $ep"
+done
+
+# ---------------------------------------------------------------- machine ----
+{
+	echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo "cpu=$(nproc) x $(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)"
+	echo "memory=$(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)"
+	echo "kernel=$(uname -r)"
+	if [[ $(stat -fc %T /sys/fs/cgroup) == cgroup2fs ]]; then echo "cgroup=v2 (unified)"
+	elif [[ -d /sys/fs/cgroup/unified ]]; then echo "cgroup=v1 hybrid (v1 controllers, cgroup2 at /sys/fs/cgroup/unified, no controllers on it)"
+	else echo "cgroup=v1 (legacy)"; fi
+	echo "os=$(. /etc/os-release && echo "$PRETTY_NAME")"
+	echo "harness_systemd=$(hx systemctl --version | head -1)"
+	echo "podunit=$(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet HEAD -- . ':!docs/benchmarks.md' || echo '+uncommitted changes')"
+	echo "containerd=$(containerd --version | awk '{print $3}')"
+	echo "runc=$(runc --version | awk 'NR == 1 {print $3}')"
+	echo "critest=$(critest --version 2>/dev/null | awk '{print $3}')"
+	echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)"
+} >"$BENCH_OUT/machine.env"
+cat "$BENCH_OUT/machine.env" >&2
+
+# a figure failing for one runtime is recorded, not fatal
+fail() { # FIGURE RUNTIME LOGFILE
+	local why
+	why=$(grep -v '^\s*$' "$3" 2>/dev/null | tail -n 1 | cut -c1-200)
+	log "FAILED: $1 on $2: $why (log $3)"
+	printf '%s\t%s\t%s\n' "$1" "$2" "${why:-no output}" >>"$BENCH_OUT/failures.txt"
+}
+
+sleep 5
+"$CRIBENCH" idle -harness "$HNAME" -pid1 "$HPID" -out "$RES"
+
+endpoint() { [[ $1 == podunit ]] && echo "$PU" || echo "$CD"; }
+daemon_comm() { [[ $1 == podunit ]] && echo podunit || echo containerd; }
+
+
+run_figure() { # FIGURE RUNTIME ROUND
+	local fig=$1 rt=$2 round=$3 ep lg
+	ep=$(endpoint "$rt")
+	lg=$BENCH_OUT/$fig-$rt-$round.log
+	log "round $round: $fig on $rt"
+	case $fig in
+	runp)
+		"$CRIBENCH" runp -endpoint "$ep" -name "$rt" -n 50 -out "$RES" >"$lg" 2>&1 || fail runp "$rt" "$lg" ;;
+	pull)
+		bash "$BENCH_DIR/pull.sh" -n 2 "$rt=$ep" >"$lg" 2>&1 || fail pull "$rt" "$lg" ;;
+	startlat)
+		"$CRIBENCH" startlat -endpoint "$ep" -name "$rt" -n 50 -parallel 1 -out "$RES" >"$lg" 2>&1 ||
+			fail startlat-seq "$rt" "$lg"
+		"$CRIBENCH" startlat -endpoint "$ep" -name "$rt" -n 40 -parallel 20 -out "$RES" >>"$lg" 2>&1 ||
+			fail startlat-conc "$rt" "$lg" ;;
+	critest)
+		local out=$BENCH_OUT/critest-$rt-$round
+		mkdir -p "$out/data"
+		critest -runtime-endpoint "$ep" -image-endpoint "$ep" -benchmark \
+			-benchmarking-params-file "$REPO/test/critest/benchmark.yaml" \
+			-benchmarking-output-dir "$out/data" -ginkgo.no-color -ginkgo.timeout=30m \
+			-ginkgo.json-report="$out/report.json" >"$lg" 2>&1 || fail critest "$rt" "$lg"
+		[[ ! -d $out/data ]] || bash "$REPO/test/critest/bench-summary.sh" "$out/data" >"$out/summary.txt" 2>&1 || true ;;
+	logs)
+		bash "$BENCH_DIR/logs.sh" -r 1 -d "$LOGROOT" "$rt=$ep" >"$lg" 2>&1 || fail logs "$rt" "$lg" ;;
+	density)
+		"$CRIBENCH" density -endpoint "$ep" -name "$rt" -counts 1,50,100 -harness "$HNAME" -pid1 "$HPID" \
+			-daemon "$(daemon_comm "$rt")" -out "$RES" >"$lg" 2>&1 || fail density "$rt" "$lg" ;;
+	esac
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+	if ((round % 2)); then order="podunit containerd"; else order="containerd podunit"; fi
+	for fig in runp pull startlat critest logs density; do
+		want "$fig" || continue
+		[[ $fig != density || $round == 1 ]] || continue # steady state: once is enough
+		for rt in $order; do run_figure "$fig" "$rt" "$round"; done
+	done
+done
+
+echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$BENCH_OUT/machine.env"
+
+# --------------------------------------------------------------- profile ----
+# After the measured rounds: podunit's own pprof when its metrics address
+# serves it, otherwise podunit restarted from a build that adds only a pprof
+# listener (test/bench/overlay, go build -overlay; the measured runs above used
+# the plain binary). Profiled workload: the sequential start benchmark (or
+# RunPodSandbox alone when containers do not start).
+profile() {
+	local bin=$PODUNIT_BINARY addr=$PPROF_ADDR wl=startlat ov
+	if ! curl -fsS -o /dev/null --max-time 3 "http://$addr/debug/pprof/"; then
+		ov=$BASE/overlay.json bin=$BASE/etc/podunit-pprof
+		printf '{"Replace":{"%s/cmd/podunit/zz_bench_pprof.go":"%s/overlay/pprof.go.in"}}' "$REPO" "$BENCH_DIR" >"$ov"
+		(cd "$REPO" && go build -overlay "$ov" -o "$bin" ./cmd/podunit) || return 1
+		hx systemctl stop podunit.service
+		hx systemd-run --unit=podunit.service --collect -p Type=notify -p NotifyAccess=main -p TimeoutStartSec=60 \
+			-p TimeoutStopSec=30 -E PODUNIT_BENCH_PPROF="$addr" /etc/podunit/podunit-pprof serve --config /etc/podunit/podunit.toml
+		for _ in $(seq 1 50); do curl -fsS -o /dev/null --max-time 1 "http://$addr/debug/pprof/" && break; sleep 0.2; done
+		bin=$BASE/etc/podunit-pprof
+	fi
+	# containers are profiled only when podunit started them in the measured runs
+	grep -q '"kind":"startlat","runtime":"podunit"' "$RES" 2>/dev/null || wl=runp
+	log "profiling podunit ($wl, 50 pods)"
+	curl -fsS -o "$BENCH_OUT/podunit.cpu.pprof" "http://$addr/debug/pprof/profile?seconds=40" &
+	local prof=$!
+	sleep 1
+	"$CRIBENCH" "$wl" -endpoint "$PU" -name podunit-profiled -n 50 -out "$BENCH_OUT/profile-run.jsonl" >"$BENCH_OUT/profile-run.log" 2>&1 || true
+	wait "$prof" || return 1
+	curl -fsS -o "$BENCH_OUT/podunit.block.pprof" "http://$addr/debug/pprof/block" || true
+	cp "$bin" "$BENCH_OUT/podunit-profiled.bin"
+	go tool pprof -top -nodecount=40 "$bin" "$BENCH_OUT/podunit.cpu.pprof" >"$BENCH_OUT/pprof-top.txt" 2>&1
+	go tool pprof -top -cum -nodecount=60 "$bin" "$BENCH_OUT/podunit.cpu.pprof" >"$BENCH_OUT/pprof-cum.txt" 2>&1
+	[[ ! -s $BENCH_OUT/podunit.block.pprof ]] ||
+		go tool pprof -top -cum -nodecount=60 -focus='podunit/cri\.' "$bin" "$BENCH_OUT/podunit.block.pprof" >"$BENCH_OUT/pprof-block.txt" 2>&1
+	echo "profile_workload=$wl" >>"$BENCH_OUT/machine.env"
+}
+if want profile; then profile || log "profiling failed (see $BENCH_OUT)"; fi
+
+"$CRIBENCH" report -results "$BENCH_OUT" -out "$BENCH_DOC" -command "make bench (ROUNDS=$ROUNDS ONLY='$ONLY')"
+log "wrote $BENCH_DOC (raw results in $BENCH_OUT)"

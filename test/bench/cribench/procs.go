@@ -1,0 +1,282 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// proc is one process of the harness, read from the host's /proc.
+type proc struct {
+	PID       int
+	Start     uint64 // starttime in clock ticks: (PID, Start) names a process
+	Comm      string
+	Cmdline   []byte
+	RSS, PSS  int64 // KiB
+	Container bool  // a benchmark container's own process (sleep 86399)
+}
+
+type procKey struct {
+	pid   int
+	start uint64
+}
+
+// snapshot reads every process whose cgroup path names the harness (the
+// harness puts itself in a "podunit-harness-<hash>" cgroup in every hierarchy).
+func snapshot(harness string) (map[procKey]proc, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	out := map[procKey]proc{}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		dir := filepath.Join("/proc", e.Name())
+		cg, err := os.ReadFile(dir + "/cgroup")
+		if err != nil || !bytes.Contains(cg, []byte("/"+harness)) {
+			continue
+		}
+		p, ok := readProc(pid, dir)
+		if ok {
+			out[procKey{p.PID, p.Start}] = p
+		}
+	}
+	return out, nil
+}
+
+func readProc(pid int, dir string) (proc, bool) {
+	p := proc{PID: pid}
+	stat, err := os.ReadFile(dir + "/stat")
+	if err != nil {
+		return p, false
+	}
+	// comm may hold spaces and parentheses: it ends at the last ')'
+	i, j := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
+	if i < 0 || j < i {
+		return p, false
+	}
+	p.Comm = string(stat[i+1 : j])
+	f := strings.Fields(string(stat[j+1:]))
+	// after comm: state(0) ... starttime is field 22 of stat, index 19 here
+	if len(f) < 20 || f[0] == "Z" {
+		return p, false
+	}
+	p.Start, _ = strconv.ParseUint(f[19], 10, 64)
+	p.Cmdline, _ = os.ReadFile(dir + "/cmdline")
+	if len(p.Cmdline) == 0 { // kernel thread or exiting
+		return p, false
+	}
+	p.Container = string(p.Cmdline) == "sleep\x00"+SleepArg+"\x00"
+	if st, err := os.ReadFile(dir + "/status"); err == nil {
+		p.RSS = kibField(st, "VmRSS:")
+	}
+	if sm, err := os.ReadFile(dir + "/smaps_rollup"); err == nil {
+		p.PSS = kibField(sm, "Pss:")
+	}
+	return p, true
+}
+
+func kibField(b []byte, name string) int64 {
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, name) {
+			f := strings.Fields(line[len(name):])
+			if len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// DensityPoint is the harness at Count running benchmark containers.
+type DensityPoint struct {
+	Count          int            `json:"count"`
+	ContainerProcs int            `json:"container_procs"`
+	HarnessProcs   int            `json:"harness_procs"`
+	OverheadProcs  int            `json:"overhead_procs"`
+	OverheadRSS    int64          `json:"overhead_rss_kib"`
+	OverheadPSS    int64          `json:"overhead_pss_kib"`
+	OverheadComms  map[string]int `json:"overhead_comms,omitempty"`
+	PID1RSS        int64          `json:"pid1_rss_kib"`
+	PID1PSS        int64          `json:"pid1_pss_kib"`
+	DaemonRSS      int64          `json:"daemon_rss_kib"`
+	DaemonPSS      int64          `json:"daemon_pss_kib"`
+	JournaldRSS    int64          `json:"journald_rss_kib"`
+	DBusRSS        int64          `json:"dbus_rss_kib"`
+}
+
+// stableSnapshot keeps the processes seen in two snapshots a second apart:
+// a runc or CNI plugin that happens to run during one read is not overhead
+// that lives as long as the container.
+func stableSnapshot(harness string) (map[procKey]proc, error) {
+	a, err := snapshot(harness)
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(time.Second)
+	b, err := snapshot(harness)
+	if err != nil {
+		return nil, err
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			delete(b, k)
+		}
+	}
+	return b, nil
+}
+
+func densityPoint(count int, base, now map[procKey]proc, pid1 int, daemon string) DensityPoint {
+	d := DensityPoint{Count: count, HarnessProcs: len(now), OverheadComms: map[string]int{}}
+	for k, p := range now {
+		switch {
+		case p.Container:
+			d.ContainerProcs++
+		case p.PID == pid1:
+			d.PID1RSS, d.PID1PSS = p.RSS, p.PSS
+		case p.Comm == daemon:
+			d.DaemonRSS += p.RSS
+			d.DaemonPSS += p.PSS
+		case p.Comm == "systemd-journal":
+			d.JournaldRSS += p.RSS
+		case p.Comm == "dbus-daemon":
+			d.DBusRSS += p.RSS
+		}
+		if _, old := base[k]; old || p.Container {
+			continue
+		}
+		d.OverheadProcs++
+		d.OverheadRSS += p.RSS
+		d.OverheadPSS += p.PSS
+		d.OverheadComms[p.Comm]++
+	}
+	return d
+}
+
+func cmdDensity(args []string) (retErr error) {
+	var t target
+	fs := flag.NewFlagSet("density", flag.ExitOnError)
+	t.flags(fs)
+	countsFlag := fs.String("counts", "1,50,100", "running container counts to measure at")
+	harness := fs.String("harness", "", "the harness' cgroup name (podunit-harness.sh name DIR)")
+	pid1 := fs.Int("pid1", 0, "host PID of the harness' systemd")
+	daemon := fs.String("daemon", "", "comm of the runtime daemon (podunit, containerd)")
+	settle := fs.Duration("settle", 5*time.Second, "wait after the last start before measuring")
+	fs.Parse(args)
+	counts, err := parseCounts(*countsFlag)
+	if err != nil {
+		return err
+	}
+	if *harness == "" || *pid1 == 0 || *daemon == "" {
+		return fmt.Errorf("-harness, -pid1 and -daemon are required")
+	}
+	ctx := context.Background()
+	if err := t.connect(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		if err := t.cleanup(); err != nil && retErr == nil {
+			retErr = err
+		}
+	}()
+	time.Sleep(*settle)
+	base, err := stableSnapshot(*harness)
+	if err != nil {
+		return err
+	}
+	points := []DensityPoint{densityPoint(0, base, base, *pid1, *daemon)}
+	running := 0
+	for _, c := range counts {
+		// two at a time: the figure is the steady state, not start-up speed
+		var (
+			wg   sync.WaitGroup
+			mu   sync.Mutex
+			errs []error
+			sem  = make(chan struct{}, 2)
+		)
+		for ; running < c; running++ {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				if _, err := t.startOne(ctx); err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if len(errs) > 0 {
+			return fmt.Errorf("%d of the starts failed, first: %w", len(errs), errs[0])
+		}
+		time.Sleep(*settle)
+		now, err := stableSnapshot(*harness)
+		if err != nil {
+			return err
+		}
+		p := densityPoint(c, base, now, *pid1, *daemon)
+		if p.ContainerProcs != c {
+			return fmt.Errorf("%d containers started, %d container processes found in the harness", c, p.ContainerProcs)
+		}
+		points = append(points, p)
+		fmt.Printf("%-11s density %3d: overhead procs %d (%s) RSS %d KiB; PID 1 RSS %d KiB (base %d); daemon RSS %d KiB (base %d)\n",
+			t.Name, c, p.OverheadProcs, comms(p.OverheadComms), p.OverheadRSS, p.PID1RSS, points[0].PID1RSS, p.DaemonRSS, points[0].DaemonRSS)
+	}
+	return appendResult(t.Out, Result{Kind: "density", Runtime: t.Name,
+		Params: map[string]string{"counts": *countsFlag}, Density: points})
+}
+
+func comms(m map[string]int) string {
+	var s []string
+	for k, v := range m {
+		s = append(s, fmt.Sprintf("%s×%d", k, v))
+	}
+	sort.Strings(s)
+	return strings.Join(s, " ")
+}
+
+// cmdIdle records both daemons' memory and PID 1's before any benchmark ran.
+func cmdIdle(args []string) error {
+	fs := flag.NewFlagSet("idle", flag.ExitOnError)
+	harness := fs.String("harness", "", "the harness' cgroup name")
+	pid1 := fs.Int("pid1", 0, "host PID of the harness' systemd")
+	out := fs.String("out", "", "result file (JSON); appended to")
+	fs.Parse(args)
+	if *harness == "" || *pid1 == 0 || *out == "" {
+		return fmt.Errorf("-harness, -pid1 and -out are required")
+	}
+	snap, err := stableSnapshot(*harness)
+	if err != nil {
+		return err
+	}
+	params := map[string]string{}
+	for _, p := range snap {
+		switch {
+		case p.PID == *pid1:
+			params["pid1_rss_kib"] = strconv.FormatInt(p.RSS, 10)
+		case p.Comm == "podunit" || p.Comm == "containerd":
+			params[p.Comm+"_rss_kib"] = strconv.FormatInt(p.RSS, 10)
+			params[p.Comm+"_pss_kib"] = strconv.FormatInt(p.PSS, 10)
+		}
+	}
+	for _, k := range []string{"podunit_rss_kib", "containerd_rss_kib"} {
+		if params[k] == "" {
+			return fmt.Errorf("idle: no %s process in the harness", strings.TrimSuffix(k, "_rss_kib"))
+		}
+	}
+	fmt.Printf("idle: podunit RSS %s KiB, containerd RSS %s KiB\n", params["podunit_rss_kib"], params["containerd_rss_kib"])
+	return appendResult(*out, Result{Kind: "idle", Params: params})
+}

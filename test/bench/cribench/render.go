@@ -1,0 +1,313 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+)
+
+// target is one of the issue's goals, judged on this run's numbers.
+type goal struct {
+	figure, goal, podunit, containerd, ratio, verdict string
+}
+
+func (r *run) render(b *strings.Builder, command string) {
+	m := r.machine
+	w := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	w("# Benchmarks: podunit beside containerd %s\n\n", m["containerd"])
+	w("Written by `%s` (test/bench/bench.sh) on %s. Every number below was measured in that run; ", command, m["date"])
+	w("raw results, logs and profiles are in `%s` of the machine that ran it. Ratios are podunit / containerd.\n\n", r.dir)
+
+	w("## Machine and setup\n\n")
+	w("| | |\n|---|---|\n")
+	for _, k := range []struct{ key, label string }{
+		{"cpu", "CPU cores"}, {"memory", "memory"}, {"kernel", "kernel"}, {"cgroup", "cgroup mode"},
+		{"os", "OS"}, {"harness_systemd", "systemd (harness PID 1)"}, {"podunit", "podunit commit"},
+		{"containerd", "containerd"}, {"runc", "runc (both runtimes)"}, {"critest", "critest"},
+		{"load_start", "load average at start"}, {"load_end", "load average at end"},
+	} {
+		w("| %s | %s |\n", k.label, mdEscape(m[k.key]))
+	}
+	w("\nCommand: `%s` — boots one systemd harness (test/harness/podunit-harness.sh, host network) "+
+		"running both podunit.service and containerd (Debian's 1.6.20, CRI plugin, runc, `SystemdCgroup = true`) "+
+		"as a transient service; both use the same CNI conflist (test/cni's bridge + host-local + portmap, bridge "+
+		"renamed pu-bench0 on 10.215.0.0/16 so a concurrent critest run cannot collide) and pull from the same local "+
+		"registry 127.0.0.1:5000 (podunit through test/critest/registries.conf, containerd through equivalent certs.d). "+
+		"Within a round each figure runs on one runtime, then the other; the order flips each round. "+
+		"Percentiles are nearest-rank over every sample of every round. Pods use cgroup parent `/benchmark.slice`, "+
+		"the namespaces a kubelet asks for without shareProcessNamespace (pod network and IPC, PID namespace per container) "+
+		"and one busybox container running `sleep`.\n\n", command)
+	if l := m["load_start"]; l != "" {
+		w("The machine was shared with other work during the run (load average above); both runtimes saw the same " +
+			"conditions because runs alternate, but absolute numbers are noisier than on an idle machine.\n\n")
+	}
+
+	targets := r.targets()
+	w("## Targets\n\n| figure | target | podunit | containerd | ratio | verdict |\n|---|---|---|---|---|---|\n")
+	for _, t := range targets {
+		w("| %s | %s | %s | %s | %s | %s |\n", t.figure, t.goal, t.podunit, t.containerd, t.ratio, t.verdict)
+	}
+
+	r.renderStart(w)
+	r.renderRunp(w)
+	r.renderCritest(w)
+	r.renderDensity(w)
+	r.renderLogs(w)
+	r.renderPull(w)
+	r.renderDaemon(w)
+	r.renderProfile(w)
+}
+
+func (r *run) targets() []goal {
+	var out []goal
+	p := median(r.samples("startlat", "podunit", "total", map[string]string{"parallel": "1"}))
+	c := median(r.samples("startlat", "containerd", "total", map[string]string{"parallel": "1"}))
+	out = append(out, judge("pod + container start to RUNNING, p50 (50 sequential)", "ratio ≤ 0.7", p, c, "ms",
+		func(x float64) bool { return x <= 0.7 }, r.missing("startlat-seq", "podunit"), r.missing("startlat-seq", "containerd")))
+	pd, cd := r.density("podunit"), r.density("containerd")
+	if len(pd) > 0 {
+		last := pd[len(pd)-1]
+		cs := "–"
+		if len(cd) > 0 {
+			cl := cd[len(cd)-1]
+			cs = fmt.Sprintf("%d at %d", cl.OverheadProcs, cl.Count)
+		}
+		v := "met"
+		if last.OverheadProcs != 0 {
+			v = "**behind**"
+		}
+		out = append(out, goal{"processes besides the containers' own", "= 0", fmt.Sprintf("%d at %d", last.OverheadProcs, last.Count), cs, "–", v})
+		pk := perContainerKiB(pd)
+		ck := "–"
+		if len(cd) > 0 {
+			ck = fmt.Sprintf("%.0f KiB", perContainerKiB(cd))
+		}
+		v = "met"
+		if pk > 200 {
+			v = "**behind**"
+		}
+		out = append(out, goal{fmt.Sprintf("host memory per running container at %d (see overhead table)", last.Count), "≤ 200 KiB",
+			fmt.Sprintf("%.0f KiB", pk), ck, "–", v})
+	} else {
+		out = append(out, goal{"processes besides the containers' own", "= 0", r.missing("density", "podunit"), "", "", "not measured"})
+		out = append(out, goal{"host memory per running container", "≤ 200 KiB", r.missing("density", "podunit"), "", "", "not measured"})
+	}
+	var pl, cl []float64
+	for _, x := range r.logs["podunit"] {
+		pl = append(pl, x.linesPerSec)
+	}
+	for _, x := range r.logs["containerd"] {
+		cl = append(cl, x.linesPerSec)
+	}
+	out = append(out, judge("log throughput, lines/s (median)", "ratio ≥ 1.0", median(pl), median(cl), "lines/s",
+		func(x float64) bool { return x >= 1.0 }, r.missing("logs", "podunit"), r.missing("logs", "containerd")))
+	out = append(out, judge("pull + unpack 50 MB, 5 layers (median)", "ratio ≤ 1.0", median(r.pull["podunit"]), median(r.pull["containerd"]), "s",
+		func(x float64) bool { return x <= 1.0 }, r.missing("pull", "podunit"), r.missing("pull", "containerd")))
+	return out
+}
+
+func judge(fig, want string, p, c float64, unit string, ok func(float64) bool, pMissing, cMissing string) goal {
+	t := goal{figure: fig, goal: want, ratio: "–", verdict: "not measured"}
+	t.podunit, t.containerd = pMissing, cMissing
+	if p > 0 {
+		t.podunit = fmt.Sprintf("%s %s", f1(p), unit)
+	}
+	if c > 0 {
+		t.containerd = fmt.Sprintf("%s %s", f1(c), unit)
+	}
+	if p > 0 && c > 0 {
+		t.ratio = ratio(p, c)
+		t.verdict = "met"
+		if !ok(p / c) {
+			t.verdict = "**behind**"
+		}
+	}
+	return t
+}
+
+// perContainerKiB is the host memory that running containers cost besides
+// their own processes, per container, at the largest count: RSS of the
+// processes that appeared (shims, pause, helpers) plus the growth of systemd
+// (PID 1), journald and dbus-daemon. The runtime daemon's own growth is
+// reported separately.
+func perContainerKiB(d []DensityPoint) float64 {
+	if len(d) < 2 {
+		return 0
+	}
+	b, l := d[0], d[len(d)-1]
+	total := l.OverheadRSS + (l.PID1RSS - b.PID1RSS) + (l.JournaldRSS - b.JournaldRSS) + (l.DBusRSS - b.DBusRSS)
+	return float64(total) / float64(l.Count)
+}
+
+type writer func(format string, a ...any)
+
+func (r *run) renderStart(w writer) {
+	w("\n## Pod + container start to RUNNING (test/bench/cribench startlat)\n\n")
+	w("RunPodSandbox, CreateContainer, StartContainer, then ContainerStatus every 1 ms until CONTAINER_RUNNING; " +
+		"two untimed warm-up pods first. Sequential: 50 pods one after the other, kept running until the end. " +
+		"Concurrent: bursts of 20 pods started at once (two bursts per round, removed between bursts).\n\n")
+	w("| series | podunit p50 / p95 / p99 | containerd p50 / p95 / p99 | p50 ratio | p99 ratio |\n|---|---|---|---|---|\n")
+	for _, par := range []string{"1", "20"} {
+		fig := map[string]string{"1": "startlat-seq", "20": "startlat-conc"}[par]
+		label := map[string]string{"1": "50 sequential", "20": "20 concurrent"}[par]
+		for _, s := range []string{"total", "RunPodSandbox", "CreateContainer", "StartContainer"} {
+			p := r.samples("startlat", "podunit", s, map[string]string{"parallel": par})
+			c := r.samples("startlat", "containerd", s, map[string]string{"parallel": par})
+			r.row(w, label+", "+s, p, c, "ms", fig)
+		}
+	}
+}
+
+// row writes one p50/p95/p99 comparison row.
+func (r *run) row(w writer, label string, p, c []float64, unit, fig string) {
+	ps, cs := r.missing(fig, "podunit"), r.missing(fig, "containerd")
+	if len(p) > 0 {
+		ps = pcts(p, unit)
+	}
+	if len(c) > 0 {
+		cs = pcts(c, unit)
+	}
+	r50, r99 := "–", "–"
+	if len(p) > 0 && len(c) > 0 {
+		r50, r99 = ratio(percentile(p, 50), percentile(c, 50)), ratio(percentile(p, 99), percentile(c, 99))
+	}
+	w("| %s | %s | %s | %s | %s |\n", label, ps, cs, r50, r99)
+}
+
+func (r *run) renderRunp(w writer) {
+	w("\n## RunPodSandbox, 50 pods sequential (test/bench/cribench runp)\n\n")
+	w("One untimed warm-up pod, then 50 RunPodSandbox calls one after the other (CNI bridge network), pods kept until the end.\n\n")
+	w("| series | podunit p50 / p95 / p99 | containerd p50 / p95 / p99 | p50 ratio | p99 ratio |\n|---|---|---|---|---|\n")
+	r.row(w, "RunPodSandbox", r.samples("runp", "podunit", "RunPodSandbox", nil), r.samples("runp", "containerd", "RunPodSandbox", nil), "ms", "runp")
+}
+
+func (r *run) renderCritest(w writer) {
+	w("\n## critest -benchmark (test/critest/benchmark.yaml: 100 container and 100 pod lifecycles, 50 image cycles, 2 in parallel)\n\n")
+	keys := map[string]bool{}
+	for _, rt := range runtimes {
+		for k := range r.critest[rt] {
+			keys[k] = true
+		}
+	}
+	w("| operation | podunit p50 / p95 / p99 | containerd p50 / p95 / p99 | p50 ratio | p99 ratio |\n|---|---|---|---|---|\n")
+	for _, k := range sortedKeys(keys) {
+		r.row(w, k, r.critest["podunit"][k], r.critest["containerd"][k], "ms", "critest")
+	}
+	r.row(w, "start a container from scratch (one timing per round)", r.scratch["podunit"], r.scratch["containerd"], "ms", "critest")
+}
+
+func (r *run) renderDensity(w writer) {
+	w("\n## Host overhead per running container (test/bench/cribench density)\n\n")
+	w("Pods with one `sleep` container each, started two at a time up to 1, 50, 100 running; 5 s settle, then the " +
+		"processes of the harness are read twice 1 s apart (only processes present both times count). " +
+		"*Other processes*: processes that appeared since the 0-container baseline and are not a container's own " +
+		"`sleep` (shims, pause, helpers). RSS is VmRSS (shared pages counted in each process); PSS splits shared pages. " +
+		"Memory per container = (RSS of other processes + growth of systemd PID 1, journald and dbus-daemon RSS) / N.\n\n")
+	w("| runtime | N | other processes | their RSS | their PSS | PID 1 RSS Δ | journald RSS Δ | dbus RSS Δ | memory per container | daemon RSS |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, rt := range runtimes {
+		d := r.density(rt)
+		if len(d) == 0 {
+			w("| %s | | %s | | | | | | | |\n", rt, r.missing("density", rt))
+			continue
+		}
+		b := d[0]
+		for _, p := range d {
+			per := "–"
+			if p.Count > 0 {
+				per = fmt.Sprintf("%.0f KiB", perContainerKiB([]DensityPoint{b, p}))
+			}
+			w("| %s | %d | %d %s | %d KiB | %d KiB | %+d KiB | %+d KiB | %+d KiB | %s | %d KiB |\n", rt, p.Count,
+				p.OverheadProcs, parenComms(p.OverheadComms), p.OverheadRSS, p.OverheadPSS,
+				p.PID1RSS-b.PID1RSS, p.JournaldRSS-b.JournaldRSS, p.DBusRSS-b.DBusRSS, per, p.DaemonRSS)
+		}
+	}
+}
+
+func parenComms(m map[string]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	return "(" + comms(m) + ")"
+}
+
+func (r *run) renderLogs(w writer) {
+	w("\n## Log throughput (test/bench/logs.sh)\n\n")
+	w("A container prints 200 000 numbered lines of 100 bytes as fast as it can (host-network pod); the clock runs " +
+		"until the CRI log file holds all of them, checked in order with none lost or repeated. Median over rounds.\n\n")
+	w("| runtime | runs | lines/s | MB/s | journald CPU s | host CPU s |\n|---|---|---|---|---|---|\n")
+	var meds [2]float64
+	for i, rt := range runtimes {
+		l := r.logs[rt]
+		if len(l) == 0 {
+			w("| %s | %s | | | | |\n", rt, r.missing("logs", rt))
+			continue
+		}
+		var lps, mbs, jc, hc []float64
+		for _, x := range l {
+			lps, mbs, jc, hc = append(lps, x.linesPerSec), append(mbs, x.mbPerSec), append(jc, x.journaldCPU), append(hc, x.hostCPU)
+		}
+		meds[i] = median(lps)
+		w("| %s | %d | %.0f | %.2f | %.2f | %.2f |\n", rt, len(l), median(lps), median(mbs), median(jc), median(hc))
+	}
+	if meds[0] > 0 && meds[1] > 0 {
+		w("\nRatio (lines/s): %s.\n", ratio(meds[0], meds[1]))
+	}
+}
+
+func (r *run) renderPull(w writer) {
+	w("\n## Image pull + unpack (test/bench/pull.sh)\n\n")
+	w("`docker.io/podunit-bench/multilayer:50m`: 5 layers of 10 MB random data (incompressible), built and pushed " +
+		"to the local registry by pull.sh when missing; removed before every pull, so each pull downloads and unpacks everything.\n\n")
+	w("| runtime | pulls | median s | mean s |\n|---|---|---|---|\n")
+	for _, rt := range runtimes {
+		v := r.pull[rt]
+		if len(v) == 0 {
+			w("| %s | %s | | |\n", rt, r.missing("pull", rt))
+			continue
+		}
+		w("| %s | %d | %.3f | %.3f |\n", rt, len(v), median(v), mean(v))
+	}
+	if len(r.pull["podunit"]) > 0 && len(r.pull["containerd"]) > 0 {
+		w("\nRatio (median): %s.\n", ratio(median(r.pull["podunit"]), median(r.pull["containerd"])))
+	}
+}
+
+func (r *run) renderDaemon(w writer) {
+	w("\n## Daemon memory\n\n| runtime | RSS idle (after start, before any benchmark) | RSS with 100 running containers |\n|---|---|---|\n")
+	for _, rt := range runtimes {
+		idle := "not measured"
+		if v, ok := r.idle(rt + "_rss_kib"); ok {
+			idle = fmt.Sprintf("%.1f MiB", v/1024)
+		}
+		full := r.missing("density", rt)
+		if d := r.density(rt); len(d) > 0 {
+			l := d[len(d)-1]
+			full = fmt.Sprintf("%.1f MiB (at %d)", float64(l.DaemonRSS)/1024, l.Count)
+		}
+		w("| %s | %s | %s |\n", rt, idle, full)
+	}
+}
+
+func (r *run) renderProfile(w writer) {
+	w("\n## Profile of podunit\n\n")
+	top, err := os.ReadFile(r.dir + "/pprof-top.txt")
+	if err != nil {
+		w("No profile was taken in this run.\n")
+		return
+	}
+	w("Taken after the measured rounds (those used the plain binary): podunit restarted from a build that only adds a "+
+		"net/http/pprof listener (test/bench/overlay, `go build -overlay`), 40 s CPU profile while cribench %s ran 50 pods. "+
+		"`go tool pprof -top`, flat:\n\n```\n", r.machine["profile_workload"])
+	w("%s\n```\n", head(string(top), 28))
+	if cum, err := os.ReadFile(r.dir + "/pprof-cum.txt"); err == nil {
+		w("\nCumulative (`-top -cum`):\n\n```\n%s\n```\n", head(string(cum), 45))
+	}
+	if blk, err := os.ReadFile(r.dir + "/pprof-block.txt"); err == nil {
+		w("\nBlocking (`/debug/pprof/block`, events ≥ 100 µs, since the profiled daemon started; `-top -cum`) — where request goroutines wait:\n\n```\n%s\n```\n", head(string(blk), 45))
+	}
+}
+
+func head(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[:min(len(lines), n)], "\n")
+}
