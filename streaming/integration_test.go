@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -160,6 +161,25 @@ func TestJournalFollower(t *testing.T) {
 	}
 	cancel()
 	<-done
+
+	// A container that has not written anything yet: no cursor.
+	h.MustExec("systemd-run", "--unit=jftest2", "-p", "LogExtraFields=CONTAINER_ID=jf2",
+		"sh", "-c", "sleep 2; echo first; exec sleep 600")
+	t.Cleanup(func() { h.Exec("systemctl", "stop", "jftest2.service") })
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	out2 := &syncBuf{}
+	wait, err = JournalFollower{Args: []string{"-D", h.JournalDir()}}.Follow(ctx2, Target{ID: "jf2"}, out2, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go wait()
+	for out2.String() != "first\n" {
+		if ctx2.Err() != nil {
+			t.Fatalf("stdout %q", out2.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 type syncBuf struct {

@@ -43,7 +43,7 @@ func journalMatch(t Target) []string {
 // FollowArgv is journalctl's command line: everything after cursor (or,
 // with no cursor, everything: the container has logged nothing yet).
 func FollowArgv(match []string, cursor string) []string {
-	argv := []string{"--follow", "--output=json", "--no-pager", "--lines=all"}
+	argv := []string{"--follow", "--quiet", "--output=json", "--no-pager", "--lines=all"}
 	if cursor != "" {
 		argv = append(argv, "--after-cursor="+cursor)
 	}
@@ -54,12 +54,12 @@ func (j JournalFollower) Follow(ctx context.Context, t Target, stdout, stderr io
 	match := append(append([]string{}, j.Args...), journalMatch(t)...)
 	// The position is fixed before Follow returns, so nothing the
 	// container writes in answer to attach input can be missed.
-	last, err := exec.CommandContext(ctx, j.bin(), append([]string{"--output=json", "--no-pager", "--lines=1"}, match...)...).Output()
+	last, err := exec.CommandContext(ctx, j.bin(), append([]string{"--quiet", "--output=json", "--no-pager", "--lines=1"}, match...)...).Output()
 	if err != nil {
 		return nil, fmt.Errorf("journalctl: %w", err)
 	}
 	var cursor string
-	if lines := bytes.Split(bytes.TrimSpace(last), []byte("\n")); len(lines[len(lines)-1]) > 0 {
+	if lines := bytes.Split(bytes.TrimSpace(last), []byte("\n")); bytes.HasPrefix(lines[len(lines)-1], []byte("{")) {
 		var e struct {
 			Cursor string `json:"__CURSOR"`
 		}

@@ -36,7 +36,7 @@ func TestParseEntry(t *testing.T) {
 
 func TestFollowArgv(t *testing.T) {
 	got := FollowArgv([]string{"CONTAINER_ID=x"}, "s=1;i=2")
-	want := []string{"--follow", "--output=json", "--no-pager", "--lines=all", "--after-cursor=s=1;i=2", "CONTAINER_ID=x"}
+	want := []string{"--follow", "--quiet", "--output=json", "--no-pager", "--lines=all", "--after-cursor=s=1;i=2", "CONTAINER_ID=x"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("%q", got)
 	}
