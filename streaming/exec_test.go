@@ -51,6 +51,11 @@ func TestExecArgv(t *testing.T) {
 // busyboxBundle writes an OCI bundle with a static busybox as rootfs.
 func busyboxBundle(t *testing.T, runtime string, args []string, terminal bool) string {
 	t.Helper()
+	return busyboxBundleIn(t, t.TempDir(), runtime, args, terminal)
+}
+
+func busyboxBundleIn(t *testing.T, parent, runtime string, args []string, terminal bool) string {
+	t.Helper()
 	bin, err := exec.LookPath(runtime)
 	if err != nil {
 		t.Fatalf("%s is required: %v", runtime, err)
@@ -59,7 +64,7 @@ func busyboxBundle(t *testing.T, runtime string, args []string, terminal bool) s
 	if err != nil {
 		t.Fatalf("busybox is required: %v", err)
 	}
-	bundle := filepath.Join(t.TempDir(), "bundle")
+	bundle := filepath.Join(parent, "bundle")
 	rootfs := filepath.Join(bundle, "rootfs")
 	if err := os.MkdirAll(filepath.Join(rootfs, "bin"), 0o755); err != nil {
 		t.Fatal(err)

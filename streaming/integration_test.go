@@ -17,6 +17,8 @@ import (
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/coreos/go-systemd/v22/daemon"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 	"github.com/podunit/podunit/test/harness"
 )
 
@@ -197,4 +199,71 @@ func (s *syncBuf) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// A TTY container as podunit runs it: a Type=forking transient unit whose
+// ExecStart is `runc run --detach --console-socket`, the master received by
+// podunit's Stdio, attach with resize, then a restart from the fd store.
+func TestTTYContainerUnitAttach(t *testing.T) {
+	dir, err := os.MkdirTemp("/tmp", "sttu-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	h := harness.Start(t, harness.Options{Binds: []string{dir}})
+	bundle := busyboxBundleIn(t, dir, "runc", []string{"sh"}, true)
+	store := &memStore{}
+	sink := &recSink{}
+	stdio := NewStdio(StdioConfig{SocketDir: filepath.Join(dir, "sock"), Store: store, Sink: sink})
+	id := "ttyunit"
+	setup, err := stdio.Prepare(PrepareRequest{ID: id, TTY: true, Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := "/run/sttu-runc"
+	pid := filepath.Join(dir, "pid")
+	h.MustExec("systemd-run", "--unit=ttyctr", "-p", "Type=forking", "-p", "PIDFile="+pid,
+		"runc", "--root", root, "run", "--detach", "--pid-file", pid, "--console-socket", setup.ConsoleSocket, "-b", bundle, id)
+	t.Cleanup(func() {
+		h.Exec("systemctl", "stop", "ttyctr.service")
+		h.Exec("runc", "--root", root, "delete", "--force", id)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := stdio.Started(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.UnitActiveState("ttyctr.service"); st != "active" {
+		t.Fatalf("unit %s", st)
+	}
+	ctrs := &fakeContainers{}
+	ctrs.set(Target{ID: id, Running: true, TTY: true, Stdin: true})
+	for i, s := range []*Stdio{stdio, nil} {
+		if s == nil {
+			// podunit restarts: the old master is closed, the stored one
+			// comes back.
+			restored := store.restart()
+			stdio.terminal(id).close()
+			s = NewStdio(StdioConfig{SocketDir: filepath.Join(dir, "sock"), Store: store, Sink: sink, Restored: restored})
+		}
+		srv := startServer(t, Deps{Containers: ctrs, Pods: fakePods{}, Stdio: s})
+		resp, err := srv.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: id, Stdin: true, Stdout: true, Tty: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := remoteCommand(t, resp.Url, true, true, false, true)
+		st.sendSize(t, 100+i, 30+i)
+		time.Sleep(100 * time.Millisecond)
+		io.WriteString(st.stdin, "stty size\n")
+		readUntil(t, st.stdout, fmt.Sprintf("%d %d", 30+i, 100+i), 10*time.Second)
+		st.stdin.Close()
+		st.status(t, 10*time.Second)
+		srv.Close()
+	}
+	if st := h.UnitActiveState("ttyctr.service"); st != "active" {
+		t.Fatalf("unit %s after attach sessions", st)
+	}
+	if !strings.Contains(sink.String(), "31 101") {
+		t.Fatalf("sink %q", sink.String())
+	}
 }
