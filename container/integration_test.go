@@ -104,6 +104,7 @@ func newInside(t *testing.T) *inside {
 		t.Fatal(err)
 	}
 	ie := &inside{sd: systemd.New(systemd.Options{}), logDir: filepath.Join(itestDir, "logs")}
+	os.RemoveAll(ie.logDir)
 	t.Cleanup(ie.sd.Close)
 	ie.imgs = newDirImages(t, filepath.Join(itestDir, "rootfs"))
 	_, err = os.Stat("/sys/fs/cgroup/cgroup.controllers")
@@ -269,7 +270,7 @@ const trapTerm = `trap 'echo got-term; exit 7' TERM; touch /tmp/ready; echo star
 
 // waitReady waits until the container's script has set its trap.
 func waitReady(ctx context.Context, m *Manager, id string) error {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second) // emulated VMs are slow
 	for time.Now().Before(deadline) {
 		if _, _, code, err := m.ExecSync(ctx, id, []string{"test", "-e", "/tmp/ready"}, 5); err == nil && code == 0 {
 			return nil
@@ -329,16 +330,22 @@ func (ie *inside) lifecycle(ctx context.Context, t *testing.T) {
 	if strings.TrimSpace(string(comm)) != "sh" {
 		t.Errorf("main pid %d is %q, not the container's sh", pid, comm)
 	}
-	if !ie.opts.Caps.CgroupV2 {
-		for _, c := range [][3]string{
-			{"memory", "memory.limit_in_bytes", "67108864"},
-			{"cpu", "cpu.cfs_quota_us", "20000"},
-			{"cpu", "cpu.cfs_period_us", "100000"},
-			{"cpu", "cpu.shares", "512"},
-		} {
-			if got := cgroupFile(c[0], unit, c[1]); got != c[2] {
-				t.Errorf("%s/%s = %s, want %s", c[0], c[1], got, c[2])
-			}
+	want := [][3]string{
+		{"memory", "memory.limit_in_bytes", "67108864"},
+		{"cpu", "cpu.cfs_quota_us", "20000"},
+		{"cpu", "cpu.cfs_period_us", "100000"},
+		{"cpu", "cpu.shares", "512"},
+	}
+	if ie.opts.Caps.CgroupV2 {
+		want = [][3]string{
+			{"", "memory.max", "67108864"},
+			{"", "cpu.max", "20000 100000"},
+			{"", "cpu.weight", "20"}, // SharesToWeight(512)
+		}
+	}
+	for _, c := range want {
+		if got := cgroupFile(c[0], unit, c[1]); got != c[2] {
+			t.Errorf("%s/%s = %s, want %s", c[0], c[1], got, c[2])
 		}
 	}
 	out, errOut, code, err := m.ExecSync(ctx, id, []string{"sh", "-c", "echo exec-out; echo exec-err >&2; exit 3"}, 10)
@@ -352,8 +359,12 @@ func (ie *inside) lifecycle(ctx context.Context, t *testing.T) {
 	if err := m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 48 << 20}); err != nil {
 		t.Fatal(err)
 	}
-	if got := cgroupFile("memory", unit, "memory.limit_in_bytes"); !ie.opts.Caps.CgroupV2 && got != "50331648" {
-		t.Errorf("after update memory.limit_in_bytes = %s", got)
+	memFile := [2]string{"memory", "memory.limit_in_bytes"}
+	if ie.opts.Caps.CgroupV2 {
+		memFile = [2]string{"", "memory.max"}
+	}
+	if got := cgroupFile(memFile[0], unit, memFile[1]); got != "50331648" {
+		t.Errorf("after update %s = %s", memFile[1], got)
 	}
 	ie.checkJournal(ctx, t, unit, id)
 	if err := waitReady(ctx, m, id); err != nil {
@@ -615,10 +626,12 @@ func (ie *inside) crun(ctx context.Context, t *testing.T) {
 	if !strings.Contains(string(cg), systemd.SlicePath(itestSlice)+"/"+unitName(id)) {
 		t.Errorf("crun container outside its unit:\n%s", cg)
 	}
-	if !ie.opts.Caps.CgroupV2 {
-		if got := cgroupFile("memory", unitName(id), "memory.limit_in_bytes"); got != "41943040" {
-			t.Errorf("memory.limit_in_bytes = %s", got)
-		}
+	memFile := [2]string{"memory", "memory.limit_in_bytes"}
+	if ie.opts.Caps.CgroupV2 {
+		memFile = [2]string{"", "memory.max"}
+	}
+	if got := cgroupFile(memFile[0], unitName(id), memFile[1]); got != "41943040" {
+		t.Errorf("%s = %s", memFile[1], got)
 	}
 	if out, _, code, err := m.ExecSync(ctx, id, []string{"echo", "hi"}, 5); err != nil || code != 0 || string(out) != "hi\n" {
 		t.Errorf("exec: %q %d %v", out, code, err)

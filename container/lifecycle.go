@@ -180,8 +180,11 @@ func (m *Manager) stopLocked(ctx context.Context, c *ctr, timeout int64) error {
 	grace := time.Duration(timeout) * time.Second
 	// systemd cannot change TimeoutStopUSec of a running unit, so the CRI
 	// timeout is enforced here: the stop job delivers KillSignal to the
-	// init, and when the grace period is over KillUnit SIGKILLs the
-	// unit's whole cgroup, which ends the job.
+	// init, and when the grace period is over KillUnit SIGKILLs the init.
+	// Only the init: the unit's other processes may include ExecStopPost's
+	// recorder (killing it would lose the exit status); the rest of the
+	// container dies with its PID namespace, and KillMode=mixed SIGKILLs
+	// whatever is left once the init is gone.
 	sctx, cancel := context.WithTimeout(ctx, grace+m.opts.StopMargin)
 	defer cancel()
 	done := make(chan error, 1)
@@ -190,9 +193,10 @@ func (m *Manager) stopLocked(ctx context.Context, c *ctr, timeout int64) error {
 	select {
 	case err = <-done:
 	case <-time.After(grace):
-		kerr := m.sd.KillUnit(sctx, r.Unit, int32(unix.SIGKILL), false)
+		kerr := m.sd.KillUnit(sctx, r.Unit, int32(unix.SIGKILL), true)
 		if kerr != nil && !errors.Is(kerr, errdefs.ErrNotFound) {
-			m.opts.Logger.Warn("kill container unit after stop timeout", "container", r.ID, "err", kerr)
+			// "no main process" once the init has exited: nothing to do.
+			m.opts.Logger.Debug("kill container init after stop timeout", "container", r.ID, "err", kerr)
 		}
 		err = <-done
 	}
