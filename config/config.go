@@ -4,6 +4,7 @@ package config
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
 	"strings"
 	"time"
@@ -196,6 +197,11 @@ func (c *Config) Validate() error {
 	if (c.Streaming.TLSCert == "") != (c.Streaming.TLSKey == "") {
 		bad("streaming.tls_cert", "tls_cert and tls_key go together")
 	}
+	if c.Metrics.Address != "" {
+		if err := CheckLoopback(c.Metrics.Address); err != nil {
+			bad("metrics.address", "%v", err)
+		}
+	}
 	if c.GC.Interval < 0 {
 		bad("gc.interval", "must not be negative")
 	}
@@ -219,5 +225,21 @@ func (d *Duration) UnmarshalText(b []byte) error {
 		return fmt.Errorf("bad duration %q (want e.g. 30s, 5m)", b)
 	}
 	*d = Duration(v)
+	return nil
+}
+
+// CheckLoopback accepts host:port on a loopback address: the metrics and
+// profiling endpoint has no authentication.
+func CheckLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%q is not a loopback address", addr)
+	}
 	return nil
 }

@@ -9,8 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
+	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -104,16 +106,8 @@ func NewRegistry(o Options) (*prometheus.Registry, error) {
 // CheckAddress accepts only loopback listen addresses: the endpoint has no
 // authentication, so it must not be reachable from the network.
 func CheckAddress(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("metrics address %q: %v: %w", addr, err, errdefs.ErrInvalid)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	ip := net.ParseIP(host)
-	if ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("metrics address %q must be a loopback address (127.0.0.1, [::1], localhost): %w", addr, errdefs.ErrInvalid)
+	if err := config.CheckLoopback(addr); err != nil {
+		return fmt.Errorf("metrics address must be loopback (127.0.0.1, [::1], localhost): %v: %w", err, errdefs.ErrInvalid)
 	}
 	return nil
 }
@@ -148,10 +142,17 @@ func Start(addr string, r *prometheus.Registry, log *slog.Logger) (*Server, erro
 		Timeout:           30 * time.Second,
 		EnableOpenMetrics: true,
 	}))
+	// Profiles share the loopback-only endpoint: benchmarks profile a live
+	// daemon without a rebuild.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	s := &Server{lis: lis, err: make(chan error, 1), srv: &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
-		WriteTimeout:      time.Minute,
+		WriteTimeout:      2 * time.Minute, // 30 s CPU profiles and more
 		IdleTimeout:       2 * time.Minute,
 	}}
 	go func() {

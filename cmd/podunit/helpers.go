@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/podunit/podunit/exitrec"
 	"github.com/podunit/podunit/stdio"
+	"github.com/podunit/podunit/streaming"
 )
 
 // Helpers that systemd runs for container units. They are subcommands of
@@ -10,5 +11,6 @@ import (
 // hidden because only podunit's unit definitions call them.
 func init() {
 	register("_stdio", command{hidden: true, summary: "ExecStart wrapper: connect stdout/stderr to journald streams and exec the OCI runtime", run: stdio.Main})
+	register(streaming.ExecHelperName, command{hidden: true, summary: "TTY exec helper: run one exec detached and relay its exit code", run: streaming.ExecHelperMain})
 	register("_exitrec", command{hidden: true, summary: "ExecStopPost helper: record the container's exit durably", run: exitrec.Main})
 }

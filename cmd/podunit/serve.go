@@ -19,6 +19,7 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/cri"
+	"github.com/podunit/podunit/streaming"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -69,7 +70,10 @@ func serve(cfg *config.Config, log *slog.Logger) error {
 			return fmt.Errorf("create %s: %w", d, err)
 		}
 	}
-	lis, release, err := listen(cfg, log)
+	// systemd passes both the activation socket and, after a restart, the
+	// descriptors podunit parked in its fd store (attach stdin, terminals).
+	stored, sockets := streaming.SplitActivationFiles(activation.Files(true))
+	lis, release, err := listen(cfg, sockets, log)
 	if err != nil {
 		return err
 	}
@@ -77,7 +81,7 @@ func serve(cfg *config.Config, log *slog.Logger) error {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	svc, err := wire(ctx, cfg, log)
+	svc, err := wire(ctx, cfg, log, stored)
 	if err != nil {
 		return err
 	}
@@ -153,13 +157,19 @@ func watchdog(log *slog.Logger) func() {
 // listen returns the CRI listener: the socket systemd passed us, or our own
 // socket, guarded by a lock file so a second podunit refuses to start
 // instead of stealing the socket from the first.
-func listen(cfg *config.Config, log *slog.Logger) (net.Listener, func(), error) {
-	if ls, err := activation.Listeners(); err == nil && len(ls) > 0 {
-		for _, extra := range ls[1:] {
+func listen(cfg *config.Config, activated []*os.File, log *slog.Logger) (net.Listener, func(), error) {
+	for i, f := range activated {
+		l, err := net.FileListener(f)
+		f.Close()
+		if err != nil {
+			log.Warn("ignoring a passed descriptor that is not a listening socket", "name", f.Name(), "err", err)
+			continue
+		}
+		for _, extra := range activated[i+1:] {
 			extra.Close()
 		}
-		log.Info("using socket-activated listener", "addr", ls[0].Addr().String())
-		return ls[0], func() {}, nil
+		log.Info("using socket-activated listener", "addr", l.Addr().String())
+		return l, func() { l.Close() }, nil
 	}
 	sock := cfg.Server.Socket
 	if err := os.MkdirAll(filepath.Dir(sock), 0o711); err != nil {

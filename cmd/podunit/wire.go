@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/cri"
@@ -28,7 +29,7 @@ func (s *services) close() {
 }
 
 // wire builds podunit's packages from the configuration.
-func wire(ctx context.Context, cfg *config.Config, log *slog.Logger) (*services, error) {
+func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs []*os.File) (*services, error) {
 	sd := systemd.New(systemd.Options{
 		CallTimeout:     cfg.Systemd.CallTimeout.D(),
 		MaxParallelJobs: cfg.Systemd.MaxParallelJobs,
