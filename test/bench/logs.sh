@@ -11,7 +11,8 @@
 # LOGROOT (default /tmp/podunit-logbench) is the pods' log_directory root. It
 # must be the same path for the runtime and for this script: a runtime inside
 # the systemd harness needs it bound at the same path (--bind LOGROOT).
-# Pods use the host network, so no CNI is involved. The image is busybox from
+# Pods use the host network, so no CNI is involved, and cgroup parent
+# $PODUNIT_BENCH_CGROUP_PARENT (default /benchmark.slice). The image is busybox from
 # the critest kit's registry (registry.k8s.io/e2e-test-images/busybox:1.29-2).
 #
 # Prints per run: wall seconds, lines/s, MB/s of text, CPU seconds of the whole
@@ -37,6 +38,8 @@ done
 shift $((OPTIND - 1))
 (($# >= 1)) || { sed -n '2,10p' "$0" >&2; exit 2; }
 IMAGE=${PODUNIT_BENCH_IMAGE:-registry.k8s.io/e2e-test-images/busybox:1.29-2}
+# a kubelet always sends one; containerd with the systemd cgroup driver needs it
+CGROUP_PARENT=${PODUNIT_BENCH_CGROUP_PARENT:-/benchmark.slice}
 TIMEOUT=${PODUNIT_BENCH_TIMEOUT:-300}
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -94,7 +97,7 @@ run_one() {
 	cat >"$dir/pod.json" <<EOF_POD
 {"metadata": {"name": "logbench-$run", "namespace": "bench", "uid": "logbench-$name-$run-$$", "attempt": 0},
  "log_directory": "$dir",
- "linux": {"security_context": {"namespace_options": {"network": 2}}}}
+ "linux": {"cgroup_parent": "$CGROUP_PARENT", "security_context": {"namespace_options": {"network": 2}}}}
 EOF_POD
 	cat >"$dir/ctr.json" <<EOF_CTR
 {"metadata": {"name": "gen"}, "image": {"image": "$IMAGE"},

@@ -107,9 +107,9 @@ func loadRun(dir string) (*run, error) {
 			_ = eachLine(f, func(l string) {
 				// "NAME run R  X s  L lines/s  M MB/s  host CPU C s  journald CPU J s"
 				f := strings.Fields(l)
-				if len(f) >= 17 && f[0] == rt && f[1] == "run" && f[5] == "lines/s" {
+				if len(f) >= 17 && f[0] == rt && f[1] == "run" && f[6] == "lines/s" {
 					num := func(i int) float64 { x, _ := strconv.ParseFloat(f[i], 64); return x }
-					r.logs[rt] = append(r.logs[rt], logRun{num(4), num(6), num(15), num(11)})
+					r.logs[rt] = append(r.logs[rt], logRun{num(5), num(7), num(15), num(11)})
 				}
 			})
 		}
@@ -144,7 +144,14 @@ func (r *run) loadCritest(rt, d string) {
 		}
 	}
 	// the from-scratch timing is a gmeasure experiment in the ginkgo report
-	b, err := os.ReadFile(filepath.Join(d, "report.json"))
+	reports, _ := filepath.Glob(filepath.Join(d, "report*.json"))
+	for _, f := range reports {
+		r.loadScratch(rt, f)
+	}
+}
+
+func (r *run) loadScratch(rt, path string) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return
 	}
