@@ -37,7 +37,7 @@ HARNESS=$REPO/test/harness/podunit-harness.sh
 : "${KEEP:=0}"
 SUBNET=10.215.0.0/16
 BRIDGE=pu-bench0
-PPROF_ADDR=127.0.0.1:19099
+PPROF_ADDR=127.0.0.1:19098
 export PODUNIT_BENCH_TIMEOUT=${PODUNIT_BENCH_TIMEOUT:-300}
 
 require_root
@@ -143,9 +143,6 @@ bin_dirs = ["/usr/lib/cni"]
 
 [streaming]
 address = "127.0.0.1:0"
-
-[metrics]
-address = "$PPROF_ADDR"
 EOF
 cp "$BASE/etc/podunit.toml" "$BENCH_OUT/"
 
@@ -290,23 +287,19 @@ done
 echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$BENCH_OUT/machine.env"
 
 # --------------------------------------------------------------- profile ----
-# After the measured rounds: podunit's own pprof when its metrics address
-# serves it, otherwise podunit restarted from a build that adds only a pprof
-# listener (test/bench/overlay, go build -overlay; the measured runs above used
-# the plain binary). Profiled workload: the sequential start benchmark (or
-# RunPodSandbox alone when containers do not start).
+# After the measured rounds (which ran the plain binary with metrics off, as
+# podunit ships), podunit is restarted from a build that adds a pprof listener
+# with block and mutex profiling on (test/bench/overlay, go build -overlay;
+# podunit's own [metrics] pprof has no block profile). Profiled workload: the
+# sequential start benchmark (or RunPodSandbox alone when containers do not start).
 profile() {
-	local bin=$PODUNIT_BINARY addr=$PPROF_ADDR wl=startlat ov
-	if ! curl -fsS -o /dev/null --max-time 3 "http://$addr/debug/pprof/"; then
-		ov=$BASE/overlay.json bin=$BASE/etc/podunit-pprof
-		printf '{"Replace":{"%s/cmd/podunit/zz_bench_pprof.go":"%s/overlay/pprof.go.in"}}' "$REPO" "$BENCH_DIR" >"$ov"
-		(cd "$REPO" && go build -overlay "$ov" -o "$bin" ./cmd/podunit) || return 1
-		hx systemctl stop podunit.service
-		hx systemd-run --unit=podunit.service --collect -p Type=notify -p NotifyAccess=main -p TimeoutStartSec=60 \
-			-p TimeoutStopSec=30 -E PODUNIT_BENCH_PPROF="$addr" /etc/podunit/podunit-pprof serve --config /etc/podunit/podunit.toml
-		for _ in $(seq 1 50); do curl -fsS -o /dev/null --max-time 1 "http://$addr/debug/pprof/" && break; sleep 0.2; done
-		bin=$BASE/etc/podunit-pprof
-	fi
+	local addr=$PPROF_ADDR wl=startlat ov=$BASE/overlay.json bin=$BASE/etc/podunit-pprof
+	printf '{"Replace":{"%s/cmd/podunit/zz_bench_pprof.go":"%s/overlay/pprof.go.in"}}' "$REPO" "$BENCH_DIR" >"$ov"
+	(cd "$REPO" && go build -overlay "$ov" -o "$bin" ./cmd/podunit) || return 1
+	hx systemctl stop podunit.service
+	hx systemd-run --unit=podunit.service --collect -p Type=notify -p NotifyAccess=main -p TimeoutStartSec=60 \
+		-p TimeoutStopSec=30 -E PODUNIT_BENCH_PPROF="$addr" /etc/podunit/podunit-pprof serve --config /etc/podunit/podunit.toml
+	for _ in $(seq 1 50); do curl -fsS -o /dev/null --max-time 1 "http://$addr/debug/pprof/" && break; sleep 0.2; done
 	# containers are profiled only when podunit started them in the measured runs
 	grep -q '"kind":"startlat","runtime":"podunit"' "$RES" 2>/dev/null || wl=runp
 	log "profiling podunit ($wl, 50 pods)"
