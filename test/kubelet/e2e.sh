@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# e2e.sh — podunit under a real kubelet (standalone, static pods), both inside
+# the project's systemd test harness. `make kubelet-e2e` runs it.
+#
+# Usage: e2e.sh [SCENARIO...]     (default: all, in this order)
+#   plumbing   kubelet starts, calls RuntimeConfig/Status, runs a pod sandbox
+#   logs       two containers; CRI log files with stdout/stderr tags
+#   exec       crictl exec (streaming) and exec -s (ExecSync) into a kubelet container
+#   liveness   exec liveness probe starts failing: kubelet restarts the container
+#   readiness  nginx with an httpGet readiness probe becomes Ready
+#   crashloop  a container exiting 3 with restartPolicy Always: CrashLoopBackOff
+#   kill       SIGKILL podunit while pods run: nothing restarted, kubelet reconnects
+#   killcreate SIGKILL podunit while the kubelet is creating a pod
+#   dbus       restart dbus-daemon: podunit keeps serving, creating and noticing exits
+#   teardown   removing manifests tears pods down: no units, mounts, pins left
+#   (scenarios after plumbing need the pods of logs/web/liveness/crash; pass
+#   the ones you want, e.g. `e2e.sh plumbing logs exec`)
+# Environment:
+#   PODUNIT_BINARY  podunit binary (default <repo>/bin/podunit; inside the repo)
+#   KUBELET         kubelet binary (default: built/cached by build-kubelet.sh)
+#   E2E_OUT         journals and logs (default /var/tmp/podunit-kubelet-e2e; replaced)
+#   KEEP=1          leave harness, podunit and kubelet running at the end
+# Output: one line per check, then as the very last line
+#   kubelet-e2e: N passed, M failed
+# The podunit and kubelet journals land in E2E_OUT; a failed check prints the
+# podunit journal lines that explain it.
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+source "$REPO/test/critest/lib.sh"
+source "$HERE/lib.sh"
+
+: "${PODUNIT_BINARY:=$REPO/bin/podunit}"
+: "${E2E_OUT:=/var/tmp/podunit-kubelet-e2e}"
+: "${KEEP:=0}"
+HARNESS=$REPO/test/harness/podunit-harness.sh
+CNI_DIR=$REPO/test/cni
+SUBNET=10.214.0.0/16 # test/cni/10-podunit-test.conflist
+ALL=(plumbing logs exec liveness readiness crashloop kill killcreate dbus teardown)
+SCENARIOS=("$@")
+((${#SCENARIOS[@]})) || SCENARIOS=("${ALL[@]}")
+
+require_root
+PODUNIT_BINARY=$(realpath -e "$PODUNIT_BINARY") || die "no podunit binary (run make build)"
+case $PODUNIT_BINARY in "$REPO"/*) ;; *) die "PODUNIT_BINARY must lie inside $REPO (bound into the harness)" ;; esac
+command -v crictl >/dev/null || die "crictl missing: run test/critest/install-tools.sh"
+[[ -n ${KUBELET:-} ]] || KUBELET=$(bash "$HERE/build-kubelet.sh")
+KUBELET=$(realpath -e "$KUBELET")
+for p in 11248 11250 11255; do
+	! ss -Htln "sport = :$p" | grep -q . || die "port $p is in use (the test kubelet listens on 11248/11250/11255)"
+done
+
+rm -rf "$E2E_OUT"
+mkdir -p "$E2E_OUT"
+BASE=$(mktemp -d /tmp/puk-XXXXXX) # short: sockets live in $BASE/sd/run
+D=$BASE/sd
+SOCK=$D/run/podunit/podunit.sock
+MANIFESTS=$BASE/manifests
+PODLOGS=$BASE/pods
+mkdir -p "$BASE/lib" "$PODLOGS" "$BASE/etc" "$BASE/kubelet" "$MANIFESTS"
+cat /proc/sys/net/ipv4/ip_forward >"$BASE/ip_forward.orig"
+registry_was_up=0
+registry_up && registry_was_up=1
+
+cleanup_done=0
+cleanup() {
+	local rc=$? left=0
+	((cleanup_done)) && return
+	cleanup_done=1
+	save_journals
+	if [[ $KEEP == 1 ]]; then
+		log "KEEP=1: harness left running at $D (podunit: unix://$SOCK, kubelet: http://127.0.0.1:11255/pods)"
+		log "tear down: bash $HARNESS stop $D; bash $CNI_DIR/net-cleanup.sh $BASE"
+		return
+	fi
+	if [[ -e $D ]]; then
+		# the kubelet first: it would otherwise restart what podunit stops
+		hx systemctl stop kubelet.service >/dev/null 2>&1 || true
+		hx systemctl stop podunit.service >/dev/null 2>&1 || true
+		bash "$HARNESS" stop "$D" || left=1
+	fi
+	bash "$CNI_DIR/net-cleanup.sh" "$BASE" || left=1
+	((registry_was_up)) || bash "$REPO/test/critest/registry.sh" stop || left=1
+	if ((left)) || grep -qF " $BASE/" /proc/self/mountinfo; then
+		log "ERROR: teardown incomplete: mounts or cgroups left under $BASE"
+		rc=1
+	else
+		rm -rf "$BASE"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT INT TERM
+
+# ------------------------------------------------------------------ setup ---
+if ! registry_up || ! curl -fsS -o /dev/null "http://$PODUNIT_TEST_REGISTRY/v2/e2e-test-images/nginx/manifests/1.14-2" \
+	-H 'Accept: application/vnd.oci.image.index.v1+json'; then
+	log "building and pushing the test images (test/critest/images.sh)"
+	bash "$REPO/test/critest/images.sh" >"$E2E_OUT/images.log" 2>&1 || die "images.sh failed (log: $E2E_OUT/images.log)"
+fi
+bash "$REPO/test/critest/registry.sh" start
+registry_up || die "no registry at $PODUNIT_TEST_REGISTRY"
+
+# pods get no default route; this keeps anything else from leaving the subnet
+iptables -I FORWARD -s "$SUBNET" ! -d "$SUBNET" -m comment --comment podunit-kubelet-e2e -j DROP
+iptables -I FORWARD -d "$SUBNET" ! -s "$SUBNET" -m comment --comment podunit-kubelet-e2e -j DROP
+
+bash "$HARNESS" start "$D" --host-net --net-rw --bind "$REPO" --bind "${KUBELET%/*}" \
+	--bind "$BASE/lib:/var/lib/podunit" --bind "$PODLOGS:/var/log/pods" --bind "$BASE/etc:/etc/podunit" \
+	--bind "$BASE/kubelet:/var/lib/kubelet" --bind "$MANIFESTS:/etc/kubernetes/manifests" >"$BASE/env"
+
+# The kubelet's OOM watcher opens /dev/kmsg (the harness's /dev is private).
+hx mknod -m 0600 /dev/kmsg c 1 11
+# The kubelet refuses to start when vm.overcommit_memory, kernel.panic and
+# kernel.panic_on_oops differ from what it wants and it cannot set them.
+# /proc/sys is read-only in the harness and these are host-wide, so the
+# harness's view of them is replaced instead (the host stays untouched).
+hx sh -c 'set -e; d=/run/kubelet-e2e-sysctl; mkdir -p $d
+	for kv in vm/overcommit_memory=1 kernel/panic=10 kernel/panic_on_oops=1; do
+		k=${kv%=*}; f=$d/$(echo $k | tr / .); echo ${kv#*=} >$f; mount -n --bind $f /proc/sys/$k
+	done'
+
+cat >"$BASE/etc/podunit.toml" <<EOF
+# written by test/kubelet/e2e.sh
+[server]
+log_level = "debug"
+
+[image]
+registries_conf = "$REPO/test/critest/registries.conf"
+policy_path = "$REPO/test/critest/policy.json"
+
+[cni]
+conf_dir = "$CNI_DIR"
+bin_dirs = ["/usr/lib/cni", "/opt/cni/bin"]
+
+[streaming]
+address = "127.0.0.1:0"
+EOF
+cp "$BASE/etc/podunit.toml" "$E2E_OUT/podunit.toml"
+
+log "starting podunit in the harness ($D)"
+# Restart=always as in contrib/systemd/podunit.service: the kill scenario
+# relies on systemd bringing podunit back
+hx systemd-run --unit=podunit.service -p Type=notify -p NotifyAccess=main -p TimeoutStartSec=60 \
+	-p TimeoutStopSec=30 -p Restart=always -p RestartSec=1 \
+	"$PODUNIT_BINARY" serve --config /etc/podunit/podunit.toml >/dev/null ||
+	{ journal podunit.service | tail -n 30 >&2; die "podunit did not start"; }
+wait_until 30 "CRI socket" test -S "$SOCK" || die "no CRI socket at $SOCK"
+cri version >/dev/null || die "crictl version failed"
+
+log "starting kubelet $("$KUBELET" --version) in the harness"
+hx systemd-run --unit=kubelet.service -p Restart=always -p RestartSec=2 \
+	"$KUBELET" --config="$HERE/kubelet-config.yaml" --v=2 >/dev/null
+NODE=$(hx hostname)
+
+# ---------------------------------------------------------------- scenarios --
+source "$HERE/scenarios.sh"
+for s in "${SCENARIOS[@]}"; do
+	declare -F "scenario_$s" >/dev/null || die "unknown scenario $s (known: ${ALL[*]})"
+	log "==== $s"
+	"scenario_$s" || true
+done
+
+summary="kubelet-e2e: $PASSED passed, $FAILED failed"
+trap - EXIT INT TERM
+trc=0
+(cleanup) >"$E2E_OUT/teardown.log" 2>&1 || trc=$?
+if ((trc)); then
+	cat "$E2E_OUT/teardown.log" >&2
+	log "ERROR: teardown failed"
+fi
+if ((FAILED)); then log "failed checks:$FAILED_NAMES"; fi
+echo "$summary"
+((FAILED == 0 && trc == 0))

@@ -1,0 +1,100 @@
+# lib.sh — helpers for e2e.sh (sourced). Expects D, SOCK, E2E_OUT, HARNESS.
+
+PASSED=0 FAILED=0 FAILED_NAMES="" SCENARIO_SINCE=$(date +%s)
+KUBELET_PODS=http://127.0.0.1:11255/pods
+
+hx() { bash "$HARNESS" exec "$D" "$@"; }
+cri() { crictl --timeout 30s --runtime-endpoint "unix://$SOCK" --image-endpoint "unix://$SOCK" "$@" 2>/dev/null; }
+journal() { journalctl -D "$D/run/log/journal" --no-pager -o short-precise -u "$@" 2>/dev/null; }
+
+save_journals() {
+	[[ -d $D/run/log/journal ]] || return 0
+	journal podunit.service >"$E2E_OUT/podunit.journal" || true
+	journal kubelet.service >"$E2E_OUT/kubelet.journal" || true
+	journalctl -D "$D/run/log/journal" --no-pager -o short-precise >"$E2E_OUT/all.journal" 2>&1 || true
+}
+
+scenario_start() { SCENARIO_SINCE=$(date +%s); }
+
+pass() {
+	PASSED=$((PASSED + 1))
+	printf 'PASS  %s\n' "$1"
+}
+
+# fail NAME WHY: record, explain, and show what podunit logged that matters
+fail() {
+	FAILED=$((FAILED + 1))
+	FAILED_NAMES="$FAILED_NAMES $1"
+	printf 'FAIL  %s: %s\n' "$1" "$2"
+	echo "  podunit journal since the scenario began (warnings/errors, then the last lines):"
+	journal podunit.service --since "@$SCENARIO_SINCE" | grep -E 'level=(WARN|ERROR)|panic|fatal' |
+		grep -v 'method=\(ContainerStats\|ListContainerStats\|ListPodSandboxStats\|PodSandboxStats\)' |
+		tail -n 15 | sed 's/^/    /'
+	journal podunit.service --since "@$SCENARIO_SINCE" | tail -n 8 | sed 's/^/    | /'
+	echo "  kubelet journal (errors):"
+	journal kubelet.service --since "@$SCENARIO_SINCE" | grep -E ' E[0-9]{4} ' | tail -n 8 | cut -c1-400 | sed 's/^/    /'
+}
+
+# check NAME WHY CMD...: pass when CMD succeeds
+check() {
+	local name=$1 why=$2
+	shift 2
+	if "$@"; then pass "$name"; else fail "$name" "$why"; fi
+}
+
+# wait_until SECONDS DESC CMD...: poll CMD every second
+wait_until() {
+	local t=$1 desc=$2 i
+	shift 2
+	for ((i = 0; i < t; i++)); do
+		"$@" >/dev/null 2>&1 && return 0
+		sleep 1
+	done
+	log "timed out after ${t}s waiting for: $desc"
+	return 1
+}
+
+# --- the kubelet's view (read-only port: pod statuses of static pods) ---
+kpods() { curl -fsS --max-time 5 "$KUBELET_PODS"; }
+# kpod NAME: the pod object of static pod NAME (its name is NAME-<node>)
+kpod() { kpods | jq -c --arg n "$1-$NODE" '.items[] | select(.metadata.name == $n)'; }
+# kctr POD CONTAINER: that container's status in the kubelet's pod status
+kctr() { kpod "$1" | jq -c --arg c "$2" '.status.containerStatuses[]? | select(.name == $c)'; }
+restart_count() { kctr "$1" "$2" | jq -r '.restartCount // empty'; }
+is_ready() { [[ $(kctr "$1" "$2" | jq -r '.ready') == true ]]; }
+is_running() { [[ $(kctr "$1" "$2" | jq -r '.state.running != null') == true ]]; }
+pod_phase() { kpod "$1" | jq -r '.status.phase // empty'; }
+pod_uid() { kpod "$1" | jq -r '.metadata.uid'; }
+
+# --- the runtime's view ---
+# ctrs POD CONTAINER: "id attempt state" of every CRI container of that
+# kubelet container, newest attempt first
+ctrs() {
+	cri ps -a -o json | jq -r --arg p "$1-$NODE" --arg c "$2" '.containers[]
+		| select(.labels["io.kubernetes.pod.name"] == $p and .metadata.name == $c)
+		| "\(.id) \(.metadata.attempt // 0) \(.state)"' | sort -k2,2nr
+}
+running_ctr() { ctrs "$1" "$2" | awk '$3 == "CONTAINER_RUNNING" {print $1; exit}'; }
+# sandboxes POD: "id state" of the pod's sandboxes
+sandboxes() {
+	cri pods -o json | jq -r --arg p "$1-$NODE" '.items[] | select(.metadata.name == $p) | "\(.id) \(.state)"'
+}
+ready_sandbox() { sandboxes "$1" | awk '$2 == "SANDBOX_READY" {print $1; exit}'; }
+
+add_pod() { cp "$HERE/manifests/$1.yaml" "$MANIFESTS/$1.yaml"; }
+remove_pod() { rm -f "$MANIFESTS/$1.yaml"; }
+pod_running() { is_running "$1" "$2"; }
+
+# podunit_pid: podunit's main PID inside the harness
+podunit_pid() { hx systemctl show -P MainPID podunit.service; }
+
+# snapshot: one line per running container: id, started-at, unit main PID
+# and the unit's start timestamp; anything restarted shows up as a diff
+snapshot() {
+	local id
+	for id in $(cri ps -q --state running | sort); do
+		printf '%s %s %s %s\n' "$id" "$(cri inspect "$id" | jq -r '.status.startedAt')" \
+			"$(hx systemctl show -P MainPID "podunit-ctr-$id.service")" \
+			"$(hx systemctl show -P ExecMainStartTimestampMonotonic "podunit-ctr-$id.service")"
+	done
+}

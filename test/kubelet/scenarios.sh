@@ -1,0 +1,266 @@
+# scenarios.sh — the checks of e2e.sh (sourced after setup). Every scenario
+# adds the static pods it needs; a pod added once stays until teardown.
+
+ensure_pod() { [[ -e $MANIFESTS/$1.yaml ]] || add_pod "$1"; }
+
+# add_pod_as TEMPLATE NAME: a copy of manifests/TEMPLATE.yaml named NAME
+add_pod_as() {
+	sed "s/^  name: $1\$/  name: $2/" "$HERE/manifests/$1.yaml" >"$MANIFESTS/$2.yaml"
+}
+
+# at_sandbox_birth DEADLINE CMD...: run CMD the moment podunit starts making a
+# new sandbox (its run dir appears, long before RunPodSandbox returns)
+at_sandbox_birth() {
+	local t=$1 dir=$D/run/podunit/sandboxes i new
+	shift
+	local before
+	before=$(ls "$dir" 2>/dev/null | sort)
+	for ((i = 0; i < t * 20; i++)); do
+		new=$(comm -13 <(echo "$before") <(ls "$dir" 2>/dev/null | sort) | head -n1)
+		if [[ -n $new ]]; then
+			"$@"
+			log "acted while sandbox $new was being created"
+			return 0
+		fi
+		sleep 0.05
+	done
+	return 1
+}
+
+kill_podunit() {
+	local old
+	old=$(podunit_pid)
+	hx kill -9 "$old"
+	wait_until 30 "podunit restarted by systemd" sh -c \
+		"p=\$(bash '$HARNESS' exec '$D' systemctl show -P MainPID podunit.service); [ \"\$p\" != 0 ] && [ \"\$p\" != $old ]" &&
+		wait_until 60 "podunit serving again" cri version
+}
+
+# consistent: every container unit and namespace pin podunit left in the
+# harness belongs to a container/sandbox the CRI still lists
+consistent() {
+	local known units pins bad=0 u id
+	known=$( (cri ps -a -q; cri pods -q) | sort -u)
+	units=$(hx systemctl list-units --all --plain --no-legend 'podunit-ctr-*' 'podunit-pod-*' | awk '{print $1}')
+	for u in $units; do
+		id=${u#podunit-ctr-}; id=${id#podunit-pod-}; id=${id%.service}; id=${id%-init}
+		grep -qx "$id" <<<"$known" || { log "orphan unit $u"; bad=1; }
+	done
+	pins=$(ls "$D"/run/podunit/*ns/ 2>/dev/null | grep -vE '^$|:$' || true)
+	for id in $pins; do
+		grep -qx "$id" <<<"$known" || { log "orphan namespace pin $id"; bad=1; }
+	done
+	return $bad
+}
+
+# ----------------------------------------------------------------------------
+scenario_plumbing() {
+	scenario_start
+	check kubelet-healthz "the kubelet did not become healthy within 90s" \
+		wait_until 90 "kubelet healthz" curl -fsS "http://127.0.0.1:11248/healthz"
+	check kubelet-runtimeconfig "podunit never served RuntimeConfig to the kubelet" \
+		wait_until 30 RuntimeConfig eval "journalctl -D '$D/run/log/journal' -u podunit.service | grep -q 'method=RuntimeConfig'"
+	check kubelet-status "podunit never served Status to the kubelet" \
+		eval "journalctl -D '$D/run/log/journal' -u podunit.service | grep -q 'method=Status'"
+	check kubelet-no-runtimeconfig-fallback "the kubelet fell back from RuntimeConfig" \
+		eval "! journalctl -D '$D/run/log/journal' -u kubelet.service | grep -qi 'RuntimeConfig.*\(fail\|unimplemented\|fallback\)'"
+	ensure_pod logs
+	ensure_pod web
+	ensure_pod liveness
+	ensure_pod crash
+	check sandbox-ready "no ready sandbox for static pod logs within 120s" \
+		wait_until 120 "sandbox of logs" eval "[ -n \"\$(ready_sandbox logs)\" ]"
+	local sb parent
+	sb=$(ready_sandbox logs)
+	parent=$(cri inspectp "$sb" | jq -r '.info.config.linux.cgroup_parent // empty')
+	check sandbox-kubelet-slice "sandbox cgroup parent '$parent' is not the kubelet's pod slice" \
+		grep -qE '^/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod[0-9a-f_]+\.slice$' <<<"$parent"
+}
+
+scenario_logs() {
+	scenario_start
+	ensure_pod logs
+	check logs-running "containers of pod logs not running within 120s" \
+		wait_until 120 "logs running" eval 'pod_running logs one && pod_running logs two'
+	sleep 3
+	local c id lp f
+	for c in one two; do
+		id=$(running_ctr logs "$c")
+		lp=$(cri inspect "$id" | jq -r '.status.logPath // empty')
+		f=$PODLOGS/${lp#/var/log/pods/}
+		check "logs-$c-path" "log path '$lp' is not /var/log/pods/default_logs-<node>_<uid>/$c/0.log" \
+			grep -qE "^/var/log/pods/default_logs-${NODE}_[0-9a-f]+/$c/0\.log\$" <<<"$lp"
+		check "logs-$c-stdout" "no 'stdout F out-$c 0' line in $lp" \
+			grep -qE "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(Z|[+-][0-9:]+) stdout F out-$c 0\$" "$f"
+		check "logs-$c-stderr" "no 'stderr F err-$c 0' line in $lp" \
+			grep -qE "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(Z|[+-][0-9:]+) stderr F err-$c 0\$" "$f"
+		check "logs-$c-no-crosstalk" "stdout/stderr lines tagged with the wrong stream in $lp" \
+			eval "! grep -qE ' (stderr [FP] out-|stdout [FP] err-)' '$f'"
+		# what `kubectl logs` asks the kubelet for
+		check "logs-$c-kubelet-containerLogs" "kubelet /containerLogs did not return out-$c and err-$c" \
+			eval "curl -fsSk 'https://127.0.0.1:11250/containerLogs/default/logs-$NODE/$c' | grep -q '^out-$c 1\$'"
+	done
+	check logs-journald "no journald entries with CONTAINER_NAME=one" \
+		eval "journalctl -D '$D/run/log/journal' --no-pager CONTAINER_NAME=one | grep -q 'out-one 1'"
+}
+
+scenario_exec() {
+	scenario_start
+	ensure_pod logs
+	wait_until 120 "logs running" pod_running logs one || true
+	local id out
+	id=$(running_ctr logs one)
+	out=$(cri exec -s "$id" sh -c 'echo sync-$((6*7))' || true)
+	check exec-sync "crictl exec -s printed '$out', not sync-42" grep -qx sync-42 <<<"$out"
+	out=$(cri exec "$id" sh -c 'echo stream-$((6*7)); cat /etc/hostname' || true)
+	check exec-stream "crictl exec (streaming) printed '$out'" grep -qx stream-42 <<<"$out"
+	check exec-exitcode "crictl exec -s of 'exit 7' did not fail" eval "! crictl --runtime-endpoint 'unix://$SOCK' exec -s '$id' sh -c 'exit 7' >/dev/null 2>&1"
+	# the kubelet's own /run endpoint (ExecSync through the kubelet)
+	out=$(curl -fsSk -XPOST "https://127.0.0.1:11250/run/default/logs-$NODE/one?cmd=echo+via-kubelet" || true)
+	check exec-kubelet-run "kubelet /run returned '$out'" grep -qx via-kubelet <<<"$out"
+}
+
+scenario_liveness() {
+	scenario_start
+	ensure_pod liveness
+	check liveness-running "liveness container not running within 120s" wait_until 120 "liveness running" pod_running liveness probed
+	check liveness-restarted "restartCount of the probed container did not grow within 90s" \
+		wait_until 90 "liveness restart" eval '[ "$(restart_count liveness probed)" -ge 1 ]'
+	check liveness-attempts "crictl ps -a does not show attempts 0 (exited) and 1" \
+		wait_until 30 "attempt 1" eval 'ctrs liveness probed | grep -q " 1 CONTAINER_RUNNING" && ctrs liveness probed | grep -q " 0 CONTAINER_EXITED"'
+	check liveness-rerunning "the restarted container is not running" wait_until 30 "liveness running again" pod_running liveness probed
+	grep -q "unhealthy now" "$PODLOGS"/default_liveness-"$NODE"_*/probed/0.log 2>/dev/null &&
+		pass liveness-old-log-kept || fail liveness-old-log-kept "attempt 0's log file lost its lines"
+	log "liveness: $(ctrs liveness probed | tr '\n' ';')"
+}
+
+scenario_readiness() {
+	scenario_start
+	ensure_pod web
+	check readiness-ready "nginx never became Ready (httpGet readiness probe)" wait_until 120 "web ready" is_ready web nginx
+	local ip
+	ip=$(kpod web | jq -r '.status.podIP // empty')
+	check readiness-podip "pod IP '$ip' not in 10.214.0.0/16" grep -qE '^10\.214\.' <<<"$ip"
+	check readiness-curl "GET http://$ip/ from the host failed" curl -fsS --max-time 5 -o /dev/null "http://$ip/"
+}
+
+scenario_crashloop() {
+	scenario_start
+	ensure_pod crash
+	check crashloop-restarts "restartCount did not reach 2 within 120s" \
+		wait_until 120 "crash restarts" eval '[ "$(restart_count crash crasher)" -ge 2 ]'
+	check crashloop-backoff "kubelet never reported waiting reason CrashLoopBackOff" \
+		wait_until 40 "CrashLoopBackOff" eval '[ "$(kctr crash crasher | jq -r .state.waiting.reason)" = CrashLoopBackOff ]'
+	check crashloop-exitcode "lastState.terminated.exitCode is not 3" \
+		eval '[ "$(kctr crash crasher | jq -r .lastState.terminated.exitCode)" = 3 ]'
+	local id codes
+	codes=$(for id in $(ctrs crash crasher | awk '$3 == "CONTAINER_EXITED" {print $1}'); do cri inspect "$id" | jq -r .status.exitCode; done | sort -u | paste -sd,)
+	check crashloop-cri-exitcodes "exit codes of exited attempts are '$codes', not 3" test "$codes" = 3
+	check crashloop-log "attempt 1's log lacks 'stdout F crashing' / 'stderr F going down'" \
+		eval "grep -q ' stdout F crashing\$' $PODLOGS/default_crash-${NODE}_*/crasher/1.log && grep -q ' stderr F going down\$' $PODLOGS/default_crash-${NODE}_*/crasher/1.log"
+	log "crash: restartCount=$(restart_count crash crasher) attempts: $(ctrs crash crasher | awk '{print $2}' | paste -sd,)"
+}
+
+stable_snapshot() { snapshot | grep -Ff <( (running_ctr logs one; running_ctr logs two; running_ctr web nginx) | grep .); }
+restart_counts() { echo "$(restart_count logs one) $(restart_count logs two) $(restart_count web nginx)"; }
+
+scenario_kill() {
+	scenario_start
+	ensure_pod logs
+	ensure_pod web
+	wait_until 120 "web ready" is_ready web nginx || true
+	local before after rcb rca
+	before=$(stable_snapshot)
+	rcb=$(restart_counts)
+	[[ $(wc -l <<<"$before") == 3 ]] || { fail kill-setup "expected 3 running containers, have: $before"; return; }
+	check kill-podunit-back "podunit did not come back after SIGKILL" kill_podunit
+	sleep 20 # several PLEG relists and pod syncs of the kubelet
+	after=$(stable_snapshot)
+	rca=$(restart_counts)
+	check kill-containers-untouched "containers changed across the podunit kill: before=[$before] after=[$after]" test "$before" = "$after"
+	check kill-restartcounts "kubelet restart counts changed: $rcb -> $rca" test "$rcb" = "$rca"
+	check kill-kubelet-sees-running "the kubelet does not see logs/web running and ready after the kill" \
+		wait_until 30 "kubelet view" eval 'is_running logs one && is_running logs two && is_ready web nginx'
+	add_pod_as late late-kill
+	check kill-new-pod "a pod added after the kill did not start within 90s" wait_until 90 "late-kill running" pod_running late-kill blinker
+	check kill-consistent "orphan units or pins after the kill (see log above)" consistent
+}
+
+scenario_killcreate() {
+	scenario_start
+	add_pod_as late late-kc
+	if ! at_sandbox_birth 60 hx kill -9 "$(podunit_pid)"; then
+		fail killcreate-timing "no sandbox creation for late-kc seen within 60s"
+		return
+	fi
+	check killcreate-podunit-back "podunit did not come back" wait_until 60 "podunit serving again" cri version
+	check killcreate-pod-runs "late-kc did not run within 120s after podunit was killed mid-RunPodSandbox" \
+		wait_until 120 "late-kc running" pod_running late-kc blinker
+	check killcreate-one-ready-sandbox "late-kc has $(sandboxes late-kc | grep -c READY) ready sandboxes" \
+		test "$(sandboxes late-kc | grep -c ' SANDBOX_READY')" = 1
+	check killcreate-consistent "orphan units or pins after killing podunit mid-create" consistent
+	log "late-kc sandboxes: $(sandboxes late-kc | tr '\n' ';')"
+}
+
+scenario_dbus() {
+	scenario_start
+	ensure_pod logs
+	ensure_pod web
+	wait_until 120 "web ready" is_ready web nginx || true
+	local before after
+	before=$(stable_snapshot)
+	hx systemctl restart dbus.service
+	sleep 2
+	check dbus-serving "podunit does not answer ListContainers after the bus restart" cri ps
+	check dbus-runtime-ready "RuntimeReady is not true 30s after the bus restart" wait_until 30 "RuntimeReady" \
+		eval "crictl --runtime-endpoint 'unix://$SOCK' info 2>/dev/null | jq -e '.status.conditions[] | select(.type==\"RuntimeReady\") | .status' | grep -q true"
+	add_pod_as late late-bus
+	check dbus-new-pod "a pod added after the bus restart did not start within 90s" wait_until 90 "late-bus running" pod_running late-bus blinker
+	check dbus-exit-noticed "exits of late-bus's container were not noticed (restartCount stays 0)" \
+		wait_until 60 "late-bus restarts" eval '[ "$(restart_count late-bus blinker)" -ge 1 ]'
+	after=$(stable_snapshot)
+	check dbus-containers-untouched "containers changed across the bus restart: before=[$before] after=[$after]" test "$before" = "$after"
+	# and once more while a sandbox is being created
+	add_pod_as late late-bus2
+	at_sandbox_birth 60 hx systemctl restart dbus.service || true
+	check dbus-mid-create "late-bus2 did not run within 120s after a bus restart during its creation" \
+		wait_until 120 "late-bus2 running" pod_running late-bus2 blinker
+	check dbus-consistent "orphan units or pins after the bus restarts" consistent
+}
+
+scenario_teardown() {
+	scenario_start
+	local pods p ids uids sb
+	pods=$(ls "$MANIFESTS" | sed 's/\.yaml$//')
+	[[ -n $pods ]] || { add_pod logs; wait_until 120 "logs running" pod_running logs one || true; pods=logs; }
+	ids="" uids=""
+	for p in $pods; do
+		uids="$uids $(pod_uid "$p" | tr - _)"
+		ids="$ids $(sandboxes "$p" | awk '{print $1}') $(cri ps -a -o json | jq -r --arg p "$p-$NODE" \
+			'.containers[] | select(.labels["io.kubernetes.pod.name"] == $p) | .id')"
+	done
+	ids=$(tr ' ' '\n' <<<"$ids" | grep . | sort -u)
+	log "removing $(echo $pods): $(wc -l <<<"$ids") sandboxes and containers"
+	rm -f "$MANIFESTS"/*.yaml
+	# the kubelet stops pods at once but removes sandboxes only in its
+	# periodic garbage collection (about once a minute)
+	check teardown-cri-empty "sandboxes/containers still listed 180s after the manifests went" \
+		wait_until 180 "no sandboxes left" eval '[ -z "$(cri pods -q)" ] && [ -z "$(cri ps -a -q)" ]'
+	local units mounts pins files procs slices id
+	units=$(hx systemctl list-units --all --plain --no-legend | awk '{print $1}' | grep -E '^podunit-(ctr|pod)-' || true)
+	check teardown-no-units "units left: $units" test -z "$units"
+	mounts=$(hx cat /proc/self/mountinfo | grep -F -f <(echo "$ids") || true)
+	check teardown-no-mounts "mounts left: $mounts" test -z "$mounts"
+	pins=$(ls "$D"/run/podunit/*ns/ 2>/dev/null | grep -vE '^$|:$' || true)
+	check teardown-no-pins "namespace pins left: $pins" test -z "$pins"
+	files=$(find "$D/run/podunit" "$BASE/lib" -path "$BASE/lib/storage" -prune -o -print 2>/dev/null | grep -F -f <(echo "$ids") | head -n 20 || true)
+	check teardown-no-state "files of removed pods left: $files" test -z "$files"
+	procs=$(hx ps -eo pid,args --no-headers | grep -E 'sleep|nginx|sh -c|catatonit|runc|crun' | grep -v grep || true)
+	check teardown-no-processes "container processes left: $procs" test -z "$procs"
+	slices=""
+	for id in $uids; do
+		slices="$slices$(hx systemctl list-units --all --plain --no-legend "*pod$id.slice" | awk '{print $1}')"
+	done
+	check teardown-no-pod-slices "pod slices left: $slices" test -z "$slices"
+	check teardown-podunit-alive "podunit is not serving after teardown" cri version
+}
