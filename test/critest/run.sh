@@ -173,7 +173,7 @@ crictl --runtime-endpoint "$ENDPOINT" --image-endpoint "$ENDPOINT" version || di
 
 log "skipping by hand, only: '$DIGEST_SPEC' (its digest is hard-coded to the real upstream image, which cannot be served offline)"
 args=(-runtime-endpoint "$ENDPOINT" -image-endpoint "$ENDPOINT"
-	-ginkgo.skip="$DIGEST_SPEC" -ginkgo.no-color -ginkgo.timeout=1h
+	-ginkgo.skip="$DIGEST_SPEC" -ginkgo.no-color -ginkgo.timeout=40m
 	-ginkgo.junit-report="$CRITEST_OUT/junit.xml" -ginkgo.json-report="$CRITEST_OUT/report.json")
 [[ -n $FOCUS ]] && args+=(-ginkgo.focus="$FOCUS")
 # shellcheck disable=SC2206
