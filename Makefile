@@ -17,7 +17,6 @@ STATICCHECK_VERSION := v0.8.2
 CRI_TOOLS_VERSION := 1.37.0
 
 BIN := $(CURDIR)/bin/podunit
-HARNESS := $(CURDIR)/test/harness/podunit-harness.sh
 KIT := $(CURDIR)/test/critest
 FOCUS ?=
 
@@ -29,8 +28,7 @@ RUN_DEPS := runc crun containernetworking-plugins catatonit iptables iproute2 \
 TEST_DEPS := $(RUN_DEPS) gcc libc6-dev jq curl git busybox-static file
 
 # `make run` outside a systemd host: harness state lives here
-RUN_HARNESS ?= /var/lib/podunit-harness
-RUN_DIR := $(RUN_HARNESS)/sd
+export RUN_HARNESS ?= /var/lib/podunit-harness
 
 .PHONY: build run stop test lint fmt-check vet staticcheck unit integration critest \
 	deps-run deps-test critest-tools staticcheck-tool crictl clean
