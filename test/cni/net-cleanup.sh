@@ -4,15 +4,31 @@
 # rules for 10.214.0.0/16 tagged "podunit-critest", the CNI-* chains that the
 # bridge and portmap plugins create (with the jumps into them), and, when
 # STATE_DIR/ip_forward.orig exists, the host's ip_forward as it was before.
-# Idempotent; touches only those names.
+# Idempotent; touches only those names, and of those only the FORWARD rules
+# while another host-network podunit harness runs.
 set -uo pipefail
 SUBNET=10.214.0.0/16
 BRIDGE=pu-test0
 state=${1:-}
 
-ip link del "$BRIDGE" 2>/dev/null
+# Another podunit harness sharing the host's network (a colleague's test, a
+# `make run`) may be using the bridge, the CNI chains and forwarding right now:
+# then only this run's own FORWARD rules go.
+shared_net_in_use() {
+	local f
+	for f in /proc/[0-9]*/cmdline; do
+		{ tr '\0' ' ' <"$f"; } 2>/dev/null | grep -qE 'HOST_NET=1 .*podunit-harness\.sh __inner ' && return 0
+	done
+	return 1
+}
+
 while iptables -D FORWARD -s "$SUBNET" ! -d "$SUBNET" -m comment --comment podunit-critest -j DROP 2>/dev/null; do :; done
 while iptables -D FORWARD -d "$SUBNET" ! -s "$SUBNET" -m comment --comment podunit-critest -j DROP 2>/dev/null; do :; done
+if shared_net_in_use; then
+	echo "net-cleanup: another host-network podunit harness is running; leaving $BRIDGE, CNI chains and ip_forward to it" >&2
+	exit 0
+fi
+ip link del "$BRIDGE" 2>/dev/null
 for table in nat filter; do
 	chains=$(iptables -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^CNI-/ {print $2}')
 	[[ -n $chains ]] || continue
