@@ -24,7 +24,7 @@ const safetyStopTimeout = 10 * time.Minute
 func (m *Manager) service(r *record, rt Runtime) unitprops.Service {
 	name := r.Metadata.GetName()
 	execStart := []string{m.opts.Self, "_stdio", "--unit", r.Unit, "--identifier", name,
-		"--cgroup-root", m.opts.CgroupRoot, "--cgroup-leaf", "runtime"}
+		"--cgroup-root", m.opts.CgroupRoot, "--cgroup-leaf", "runtime", "--pid-file", m.pidFile(r.ID)}
 	if r.Config.GetStdin() {
 		execStart = append(execStart, "--stdin-fifo", m.stdinFIFO(r.ID))
 	}

@@ -9,6 +9,7 @@
 package stdio
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,8 +17,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -45,7 +48,10 @@ type Options struct {
 	CgroupLeaf string
 	// CgroupRoot is where the cgroup hierarchy is mounted.
 	CgroupRoot string
-	Argv      []string
+	// PIDFile is the runtime's --pid-file. When set, the wrapper runs the
+	// runtime as a child instead of exec'ing it (see Supervise).
+	PIDFile string
+	Argv    []string
 }
 
 // ParseArgs parses `--unit U --identifier I [--socket P] -- ARGV...`.
@@ -59,6 +65,7 @@ func ParseArgs(args []string) (Options, error) {
 	fs.StringVar(&o.StdinFIFO, "stdin-fifo", "", "named pipe to use as stdin")
 	fs.StringVar(&o.CgroupLeaf, "cgroup-leaf", "", "on cgroup v2, sub-cgroup of the unit to run the runtime in")
 	fs.StringVar(&o.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup mount point")
+	fs.StringVar(&o.PIDFile, "pid-file", "", "the runtime's pid file: wait until the container's init is our child")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -190,6 +197,70 @@ func EnterLeaf(root, leaf string) error {
 	return os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("0"), 0o644)
 }
 
+// Supervise runs the runtime as a child and returns once it has exited and
+// the container's init (named in pidFile) is a child of this process.
+//
+// systemd can only collect the exit status of a main PID that is its own
+// child. runc's init is runc's child, so when runc exits the init is
+// re-parented to systemd before systemd reads the PID file. crun leaves an
+// intermediate process as the init's parent for a moment after it exits:
+// systemd then adopts a main PID that is "not our child", misses its exit
+// and runs ExecStopPost without EXIT_CODE. As a child subreaper, this
+// wrapper inherits the init whatever the runtime's process tree, waits for
+// the intermediates to go, and exits: the init (and any intermediate
+// zombie) is re-parented to systemd with the PID file already written.
+func Supervise(path string, argv []string, pidFile string, timeout time.Duration) int {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "podunit _stdio: subreaper:", err)
+	}
+	cmd := exec.Command(path, argv[1:]...)
+	cmd.Args[0] = argv[0]
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		fmt.Fprintf(os.Stderr, "podunit _stdio: %s: %v\n", path, err)
+		return 126
+	}
+	self := os.Getpid()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err == nil && pid > 0 {
+				ppid, alive := parentOf(pid)
+				if !alive || ppid == self {
+					return 0
+				}
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return 0 // systemd copes as well as it can; never fail a started container here
+}
+
+// parentOf returns pid's parent from /proc/PID/stat; alive is false when
+// the process no longer exists.
+func parentOf(pid int) (ppid int, alive bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// "pid (comm) state ppid ...": comm may contain spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, false
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return ppid, true
+}
+
 // Main is `podunit _stdio`: it only returns on failure.
 func Main(args []string) int {
 	o, err := ParseArgs(args)
@@ -213,6 +284,9 @@ func Main(args []string) int {
 		}
 	}
 	Setup(o, os.Stderr)
+	if o.PIDFile != "" {
+		return Supervise(path, o.Argv, o.PIDFile, 30*time.Second)
+	}
 	err = syscall.Exec(path, o.Argv, os.Environ())
 	fmt.Fprintf(os.Stderr, "podunit _stdio: exec %s: %v\n", path, err)
 	return 126

@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -207,5 +209,43 @@ func TestEnterLeaf(t *testing.T) {
 	}
 	if _, err := ParseArgs([]string{"--unit", "u", "--cgroup-leaf", "../x", "--", "runc"}); err == nil {
 		t.Error("leaf with a slash accepted")
+	}
+}
+
+// A "runtime" that leaves its long-lived process behind an intermediate
+// that exits later, like crun: the wrapper returns only once that process
+// is its own child (re-parented to the subreaper).
+func TestSuperviseWaitsForInitToBeOurChild(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	script := `sh -c 'sleep 30 & echo $! > ` + pidFile + `; sleep 0.3' & exit 0`
+	start := time.Now()
+	done := make(chan int, 1)
+	go func() { done <- Supervise("/bin/sh", []string{"sh", "-c", script}, pidFile, 10*time.Second) }()
+	var rc int
+	select {
+	case rc = <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("Supervise did not return")
+	}
+	if rc != 0 {
+		t.Fatalf("rc %d", rc)
+	}
+	if d := time.Since(start); d < 250*time.Millisecond {
+		t.Errorf("returned after %v, before the intermediate exited", d)
+	}
+	b, _ := os.ReadFile(pidFile)
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	ppid, alive := parentOf(pid)
+	if !alive || ppid != os.Getpid() {
+		t.Errorf("init %d: parent %d alive %v, want our pid %d", pid, ppid, alive, os.Getpid())
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	var ws syscall.WaitStatus
+	syscall.Wait4(pid, &ws, 0, nil)
+}
+
+func TestSuperviseRuntimeFailure(t *testing.T) {
+	if rc := Supervise("/bin/sh", []string{"sh", "-c", "exit 3"}, filepath.Join(t.TempDir(), "pid"), time.Second); rc != 3 {
+		t.Errorf("rc %d, want the runtime's 3", rc)
 	}
 }
