@@ -34,8 +34,8 @@ source "$HERE/lib.sh"
 : "${E2E_OUT:=/var/tmp/podunit-kubelet-e2e}"
 : "${KEEP:=0}"
 HARNESS=$REPO/test/harness/podunit-harness.sh
-CNI_DIR=$REPO/test/cni
-SUBNET=10.214.0.0/16 # test/cni/10-podunit-test.conflist
+CNI_DIR=$HERE/cni # its own bridge and subnet: critest may run at the same time
+SUBNET=10.215.0.0/16 # cni/10-kubelet-e2e.conflist
 ALL=(plumbing logs exec liveness readiness crashloop kill killcreate dbus teardown)
 SCENARIOS=("$@")
 ((${#SCENARIOS[@]})) || SCENARIOS=("${ALL[@]}")
@@ -70,7 +70,7 @@ cleanup() {
 	save_journals
 	if [[ $KEEP == 1 ]]; then
 		log "KEEP=1: harness left running at $D (podunit: unix://$SOCK, kubelet: http://127.0.0.1:11255/pods)"
-		log "tear down: bash $HARNESS stop $D; bash $CNI_DIR/net-cleanup.sh $BASE"
+		log "tear down: bash $HARNESS stop $D; bash $HERE/net-cleanup.sh $BASE"
 		return
 	fi
 	if [[ -e $D ]]; then
@@ -79,7 +79,7 @@ cleanup() {
 		hx systemctl stop podunit.service >/dev/null 2>&1 || true
 		bash "$HARNESS" stop "$D" || left=1
 	fi
-	bash "$CNI_DIR/net-cleanup.sh" "$BASE" || left=1
+	bash "$HERE/net-cleanup.sh" "$BASE" || left=1
 	((registry_was_up)) || bash "$REPO/test/critest/registry.sh" stop || left=1
 	if ((left)) || grep -qF " $BASE/" /proc/self/mountinfo; then
 		log "ERROR: teardown incomplete: mounts or cgroups left under $BASE"

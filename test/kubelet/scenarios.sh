@@ -61,7 +61,7 @@ scenario_plumbing() {
 	check kubelet-runtimeconfig "podunit never served RuntimeConfig to the kubelet" \
 		wait_until 30 RuntimeConfig eval "journalctl -D '$D/run/log/journal' -u podunit.service | grep -q 'method=RuntimeConfig'"
 	check kubelet-status "podunit never served Status to the kubelet" \
-		eval "journalctl -D '$D/run/log/journal' -u podunit.service | grep -q 'method=Status'"
+		wait_until 30 Status eval "journalctl -D '$D/run/log/journal' -u podunit.service | grep -q 'method=Status'"
 	check kubelet-no-runtimeconfig-fallback "the kubelet fell back from RuntimeConfig" \
 		eval "! journalctl -D '$D/run/log/journal' -u kubelet.service | grep -qi 'RuntimeConfig.*\(fail\|unimplemented\|fallback\)'"
 	ensure_pod logs
@@ -140,7 +140,7 @@ scenario_readiness() {
 	check readiness-ready "nginx never became Ready (httpGet readiness probe)" wait_until 120 "web ready" is_ready web nginx
 	local ip
 	ip=$(kpod web | jq -r '.status.podIP // empty')
-	check readiness-podip "pod IP '$ip' not in 10.214.0.0/16" grep -qE '^10\.214\.' <<<"$ip"
+	check readiness-podip "pod IP '$ip' not in 10.215.0.0/16" grep -qE '^10\.215\.' <<<"$ip"
 	check readiness-curl "GET http://$ip/ from the host failed" curl -fsS --max-time 5 -o /dev/null "http://$ip/"
 }
 
