@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/exitrec"
 	"github.com/podunit/podunit/oci"
@@ -439,5 +440,38 @@ func TestLastRuntimeError(t *testing.T) {
 	os.WriteFile(p, []byte("plain failure\n\n"), 0o600)
 	if got := lastRuntimeError(p); got != "plain failure" {
 		t.Errorf("got %q", got)
+	}
+}
+
+func TestParseSystemdVersion(t *testing.T) {
+	for in, want := range map[string]int{
+		"systemd 252 (252.39-1~deb12u2)\n+PAM +AUDIT": 252,
+		"systemd 256.7 (256.7-1)":                     252, // not an integer: fallback
+		"garbage":                                     252,
+		"systemd 249\n":                               249,
+	} {
+		if got := parseSystemdVersion(in); got != want {
+			t.Errorf("%q: %d, want %d", in, got, want)
+		}
+	}
+}
+
+func TestRuntimesFromConfig(t *testing.T) {
+	rts, err := RuntimesFromConfig(map[string]config.Handler{
+		"runc": {Type: "runc", Path: "/usr/sbin/runc", Root: "/run/x/runc"},
+		"fast": {Type: "crun", Path: "/usr/bin/crun", Root: "/run/x/crun"},
+	}, "/run/x/exec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := strings.Join(rts["fast"].RunArgv("id", "/b", "/p", "/l"), " ")
+	if !strings.HasPrefix(argv, "/usr/bin/crun --log=/l --log-format=json --root /run/x/crun --cgroup-manager=disabled run") {
+		t.Errorf("crun argv %q", argv)
+	}
+	if del := strings.Join(rts["runc"].DeleteArgv("id"), " "); del != "/usr/sbin/runc --root /run/x/runc delete --force id" {
+		t.Errorf("runc delete argv %q", del)
+	}
+	if _, err := RuntimesFromConfig(map[string]config.Handler{"x": {Type: "kata"}}, ""); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("unknown type: %v", err)
 	}
 }

@@ -1,0 +1,99 @@
+package container
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/podunit/podunit/config"
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/oci"
+	"github.com/podunit/podunit/unitprops"
+)
+
+// OptionsFromConfig derives the manager's options from podunit's
+// configuration and the host: containers keep their records under
+// <state_dir>/containers and their bundles under <run_dir>/containers, the
+// units run this very binary as their helpers.
+func OptionsFromConfig(cfg *config.Config) (Options, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return Options{}, fmt.Errorf("container manager: own executable: %w", err)
+	}
+	caps, host := DetectHost("/sys/fs/cgroup")
+	return Options{
+		StateDir:       filepath.Join(cfg.Paths.StateDir, "containers"),
+		RunDir:         filepath.Join(cfg.Paths.RunDir, "containers"),
+		Self:           self,
+		DefaultHandler: cfg.Runtime.DefaultHandler,
+		Caps:           caps,
+		Host:           host,
+	}, nil
+}
+
+// RuntimesFromConfig builds one runtime per configured handler.
+func RuntimesFromConfig(handlers map[string]config.Handler, execDir string) (map[string]Runtime, error) {
+	names := make([]string, 0, len(handlers))
+	for n := range handlers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := map[string]Runtime{}
+	for _, name := range names {
+		h := handlers[name]
+		c := oci.CLIConfig{Name: name, Binary: h.Path, Root: h.Root, ExecDir: execDir}
+		switch h.Type {
+		case "runc", "":
+			out[name] = FromOCI(oci.NewRunc(c))
+		case "crun":
+			out[name] = FromOCI(oci.NewCrun(c))
+		default:
+			return nil, fmt.Errorf("runtime handler %q: type %q is not runc or crun: %w", name, h.Type, errdefs.ErrInvalid)
+		}
+	}
+	return out, nil
+}
+
+// DetectHost reads what the unit properties and specs depend on: the
+// cgroup layout, systemd's version and this process's limits. Failures
+// fall back to conservative values (v1 names, systemd 252's features).
+func DetectHost(cgroupRoot string) (unitprops.Caps, oci.Host) {
+	caps := unitprops.Caps{SystemdVersion: systemdVersion()}
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil {
+		caps.CgroupV2 = true
+	}
+	host := oci.Host{AppArmorEnabled: oci.AppArmorEnabled(), CgroupNamespace: caps.CgroupV2}
+	if adj, err := oci.CurrentOOMScoreAdj(); err == nil {
+		host.OOMScoreAdjMin = &adj
+	}
+	if c, err := oci.HostCapabilities(); err == nil {
+		host.Capabilities = c
+	}
+	if d, err := oci.HostDevices(); err == nil {
+		host.Devices = d
+	}
+	return caps, host
+}
+
+// systemdVersion asks systemctl ("systemd 252 (252.39-1~deb12u2)").
+func systemdVersion() int {
+	out, err := exec.Command("systemctl", "--version").Output()
+	if err != nil {
+		return 252
+	}
+	return parseSystemdVersion(string(out))
+}
+
+func parseSystemdVersion(s string) int {
+	f := strings.Fields(s)
+	if len(f) >= 2 && f[0] == "systemd" {
+		if v, err := strconv.Atoi(f[1]); err == nil {
+			return v
+		}
+	}
+	return 252
+}
