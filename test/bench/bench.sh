@@ -45,7 +45,8 @@ require_root
 unset http_proxy HTTP_PROXY https_proxy HTTPS_PROXY
 # never beside a critest run (test/critest/run.sh takes the same lock): timings
 # taken while critest loads the machine mean nothing
-exec 9>"/run/lock/podunit-critest.lock" 2>/dev/null || exec 9>"/tmp/podunit-critest.lock"
+# (braces: a bare `exec 9>F 2>/dev/null` would send the script's stderr to /dev/null for good)
+{ exec 9>"/run/lock/podunit-critest.lock"; } 2>/dev/null || exec 9>"/tmp/podunit-critest.lock"
 if ! flock -n 9; then
 	log "a critest run holds the lock; waiting for it"
 	flock 9
@@ -63,7 +64,8 @@ registry_up && registry_was_up=1
 BASE="" D=""
 cleanup() {
 	local rc=$?
-	trap - EXIT INT TERM
+	trap - EXIT INT TERM HUP
+	((rc == 0)) || log "bench.sh: exiting with status $rc, tearing down"
 	if [[ -n $D && -e $D ]]; then
 		if [[ $KEEP == 1 ]]; then
 			log "KEEP=1: harness left at $D; stop: bash $HARNESS stop $D; ip link del $BRIDGE"
@@ -91,7 +93,10 @@ cleanup() {
 	((registry_was_up)) || bash "$REPO/test/critest/registry.sh" stop || true
 	exit "$rc"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'log "interrupted by SIGINT"; exit 130' INT
+trap 'log "terminated by SIGTERM"; exit 143' TERM
+trap 'log "hung up (SIGHUP)"; exit 129' HUP
 
 # ------------------------------------------------------------------ setup ----
 rm -rf "$BENCH_OUT"
