@@ -229,7 +229,7 @@ cat "$BENCH_OUT/machine.env" >&2
 # a figure failing for one runtime is recorded, not fatal
 fail() { # FIGURE RUNTIME LOGFILE
 	local why
-	why=$(grep -v '^\s*$' "$3" 2>/dev/null | tail -n 1 | cut -c1-200)
+	why=$({ grep -v '^\s*$' "$3" 2>/dev/null || true; } | tail -n 1 | cut -c1-200)
 	log "FAILED: $1 on $2: $why (log $3)"
 	printf '%s\t%s\t%s\n' "$1" "$2" "${why:-no output}" >>"$BENCH_OUT/failures.txt"
 }
@@ -250,7 +250,7 @@ run_figure() { # FIGURE RUNTIME ROUND
 	runp)
 		"$CRIBENCH" runp -endpoint "$ep" -name "$rt" -n 50 -out "$RES" >"$lg" 2>&1 || fail runp "$rt" "$lg" ;;
 	pull)
-		bash "$BENCH_DIR/pull.sh" -n 2 "$rt=$ep" >"$lg" 2>&1 || fail pull "$rt" "$lg" ;;
+		bash "$BENCH_DIR/pull.sh" -n 3 "$rt=$ep" >"$lg" 2>&1 || fail pull "$rt" "$lg" ;;
 	startlat)
 		"$CRIBENCH" startlat -endpoint "$ep" -name "$rt" -n 50 -parallel 1 -out "$RES" >"$lg" 2>&1 ||
 			fail startlat-seq "$rt" "$lg"

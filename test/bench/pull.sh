@@ -73,10 +73,12 @@ build_and_push() {
 
 crictl_() { crictl --runtime-endpoint "$1" --image-endpoint "$1" "${@:2}" 2>/dev/null; }
 
+# by reference: `crictl images -q REF` is no filter on containerd 1.6 (it
+# lists every image once another one, e.g. the pause image, is present)
 remove_image() {
-	local id
-	id=$(crictl_ "$1" images -q "$IMAGE" || true)
-	[[ -z $id ]] || crictl_ "$1" rmi "$id" >/dev/null
+	if crictl_ "$1" inspecti "$IMAGE" >/dev/null; then
+		crictl_ "$1" rmi "$IMAGE" >/dev/null
+	fi
 }
 
 build_and_push
