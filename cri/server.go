@@ -8,7 +8,9 @@ import (
 	"log/slog"
 
 	"github.com/podunit/podunit/config"
+	"github.com/podunit/podunit/container"
 	"github.com/podunit/podunit/imagestore"
+	"github.com/podunit/podunit/logs"
 	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/systemd"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -23,12 +25,14 @@ const (
 
 // Deps are the packages the server translates to.
 type Deps struct {
-	Config  *config.Config
-	Systemd systemd.Conn
-	Images  *imagestore.Store
-	Pods    *sandbox.Manager
-	Version string
-	Logger  *slog.Logger
+	Config     *config.Config
+	Systemd    systemd.Conn
+	Images     *imagestore.Store
+	Pods       *sandbox.Manager
+	Containers *container.Manager
+	Logs       *logs.Manager
+	Version    string
+	Logger     *slog.Logger
 	// Network reports whether pod networking is configured; nil means
 	// the CNI configuration directory is inspected.
 	Network func(ctx context.Context) error
@@ -45,6 +49,8 @@ type Server struct {
 	sd      systemd.Conn
 	images  *imagestore.Store
 	pods    *sandbox.Manager
+	ctrs    *container.Manager
+	logs    *logs.Manager
 	version string
 	log     *slog.Logger
 	network func(ctx context.Context) error
@@ -52,7 +58,7 @@ type Server struct {
 
 // New builds the server from its dependencies.
 func New(d Deps) *Server {
-	s := &Server{cfg: d.Config, sd: d.Systemd, images: d.Images, pods: d.Pods, version: d.Version, log: d.Logger, network: d.Network}
+	s := &Server{cfg: d.Config, sd: d.Systemd, images: d.Images, pods: d.Pods, ctrs: d.Containers, logs: d.Logs, version: d.Version, log: d.Logger, network: d.Network}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/podunit/podunit/config"
+	"github.com/podunit/podunit/container"
 	"github.com/podunit/podunit/cri"
 	"github.com/podunit/podunit/imagestore"
+	"github.com/podunit/podunit/logs"
 	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/systemd"
 )
@@ -19,9 +22,14 @@ type services struct {
 	systemd *systemd.DBus
 	images  *imagestore.Store
 	pods    *sandbox.Manager
+	ctrs    *container.Manager
+	logs    *logs.Manager
 }
 
 func (s *services) close() {
+	if s.logs != nil {
+		s.logs.Close()
+	}
 	if s.images != nil {
 		s.images.Close()
 	}
@@ -75,13 +83,49 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	if err != nil {
 		return nil, fmt.Errorf("pod manager: %w", err)
 	}
+	s.pods = pods
+
+	lm, err := logs.New(logs.Options{
+		StateDir: filepath.Join(cfg.Paths.StateDir, "logs"),
+		Logger:   log.With("component", "logs"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("log manager: %w", err)
+	}
+	s.logs = lm
+
+	copts, err := container.OptionsFromConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	copts.Logger = log.With("component", "containers")
+	runtimes, err := container.RuntimesFromConfig(cfg.Runtime.Handlers, filepath.Join(cfg.Paths.RunDir, "exec"))
+	if err != nil {
+		return nil, err
+	}
+	ctrs, err := container.New(copts, container.Deps{
+		Systemd: sd, Images: images, Pods: container.SandboxPods(pods), Runtimes: runtimes, Logs: lm,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("container manager: %w", err)
+	}
+	s.ctrs = ctrs
+	pods.SetContainers(ctrs) // the two managers need each other
+
+	// Pods first (containers look their pod up), then containers, then the
+	// log follower, which resumes every container registered before.
 	if err := pods.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover pods: %w", err)
 	}
-	s.pods = pods
+	if err := ctrs.Recover(ctx); err != nil {
+		return nil, fmt.Errorf("recover containers: %w", err)
+	}
+	if err := lm.Start(ctx); err != nil {
+		return nil, fmt.Errorf("start log follower: %w", err)
+	}
 
 	s.cri = cri.New(cri.Deps{
-		Config: cfg, Systemd: sd, Images: images, Pods: pods,
+		Config: cfg, Systemd: sd, Images: images, Pods: pods, Containers: ctrs, Logs: lm,
 		Network: pods.NetworkReady, Version: podunitVersion(), Logger: log,
 	})
 	return s, nil
