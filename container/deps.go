@@ -50,10 +50,12 @@ type Pods interface {
 // Runtime is the part of an OCI runtime (oci.Runtime) the manager uses.
 type Runtime interface {
 	Name() string
-	// RunArgv is the command line that creates and starts the container
-	// detached, writing its init's PID to pidFile and its own errors as
-	// JSON lines to logFile: the unit's ExecStart.
-	RunArgv(id, bundle, pidFile, logFile string) []string
+	// CreateArgv creates the container (its init waits for start), writes
+	// the init's PID to pidFile and the runtime's errors as JSON lines to
+	// logFile: the unit's ExecStart.
+	CreateArgv(id, bundle, pidFile, logFile string) []string
+	// StartArgv starts the created container: the unit's ExecStartPost.
+	StartArgv(id, logFile string) []string
 	// DeleteArgv is `delete --force id`, run by the ExecStopPost recorder.
 	DeleteArgv(id string) []string
 	// Exec runs p in the container and returns its exit code.

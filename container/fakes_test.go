@@ -102,8 +102,11 @@ type fakeRuntime struct {
 }
 
 func (r *fakeRuntime) Name() string { return "runc" }
-func (r *fakeRuntime) RunArgv(id, bundle, pidFile, logFile string) []string {
-	return []string{"/usr/sbin/runc", "--log", logFile, "--log-format", "json", "run", "--detach", "--pid-file", pidFile, "-b", bundle, id}
+func (r *fakeRuntime) CreateArgv(id, bundle, pidFile, logFile string) []string {
+	return []string{"/usr/sbin/runc", "--log", logFile, "--log-format", "json", "create", "--pid-file", pidFile, "-b", bundle, id}
+}
+func (r *fakeRuntime) StartArgv(id, logFile string) []string {
+	return []string{"/usr/sbin/runc", "--log", logFile, "start", id}
 }
 func (r *fakeRuntime) DeleteArgv(id string) []string {
 	return []string{"/usr/sbin/runc", "delete", "--force", id}

@@ -54,6 +54,7 @@ func TestInHarness(t *testing.T) {
 	t.Run("StopTimeoutKills", func(t *testing.T) { ie.stopTimeout(ctx, t) })
 	t.Run("StopFromOutsideIsAnExit", func(t *testing.T) { ie.stopFromOutside(ctx, t) })
 	t.Run("ExitWhilePodunitDown", func(t *testing.T) { ie.exitWhileDown(ctx, t) })
+	t.Run("ImmediateExit", func(t *testing.T) { ie.immediateExit(ctx, t) })
 	t.Run("StartFailure", func(t *testing.T) { ie.startFailure(ctx, t) })
 	t.Run("OOMKilled", func(t *testing.T) { ie.oom(ctx, t) })
 	t.Run("CrunHandler", func(t *testing.T) { ie.crun(ctx, t) })
@@ -557,6 +558,37 @@ func (ie *inside) exitWhileDown(ctx context.Context, t *testing.T) {
 	ie.assertNoLeaks(ctx, t)
 }
 
+// A container that is done before systemd could look at it: StartContainer
+// succeeds, the exit code and the output are all there.
+func (ie *inside) immediateExit(ctx context.Context, t *testing.T) {
+	m := ie.manager(t)
+	var ids []string
+	for i := 0; i < 10; i++ {
+		id := ie.run(ctx, t, m, shConfig(fmt.Sprintf("quick%d", i), fmt.Sprintf("echo bye%d; exit %d", i, i+1)))
+		ids = append(ids, id)
+	}
+	for i, id := range ids {
+		ctxw, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := m.Wait(ctxw, id)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _, _ := m.Status(ctx, id, false)
+		if st.ExitCode != int32(i+1) || st.Reason != ReasonError {
+			t.Errorf("quick%d: exit %d reason %q", i, st.ExitCode, st.Reason)
+		}
+		b, _ := os.ReadFile(filepath.Join(ie.logDir, fmt.Sprintf("quick%d.log", i)))
+		if !strings.HasSuffix(string(b), fmt.Sprintf(" stdout F bye%d\n", i)) {
+			t.Errorf("quick%d CRI log %q", i, b)
+		}
+		if err := m.Remove(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ie.assertNoLeaks(ctx, t)
+}
+
 func (ie *inside) startFailure(ctx context.Context, t *testing.T) {
 	m := ie.manager(t)
 	cfg := shConfig("nope", "")
@@ -567,7 +599,9 @@ func (ie *inside) startFailure(ctx context.Context, t *testing.T) {
 	}
 	err = m.Start(ctx, id)
 	if err == nil || !strings.Contains(err.Error(), "does-not-exist") {
-		t.Fatalf("start error does not carry the runtime's message: %v", err)
+		rl, _ := os.ReadFile(filepath.Join(ie.opts.RunDir, id, "runtime.log"))
+		jl, _ := exec.Command("journalctl", "--no-pager", "-u", unitName(id)).CombinedOutput()
+		t.Fatalf("start error does not carry the runtime's message: %v\nruntime log:\n%s\njournal:\n%s", err, rl, jl)
 	}
 	t.Logf("start error: %v", err)
 	st, _, _ := m.Status(ctx, id, false)

@@ -21,6 +21,14 @@ import (
 const safetyStopTimeout = 10 * time.Minute
 
 // service describes r's unit; the pure builder turns it into properties.
+//
+// The runtime runs in two steps. ExecStart creates the container: its
+// init exists and waits, and its PID is in the PID file when the wrapper
+// exits, so systemd always adopts a live main PID that is its own child.
+// ExecStartPost then starts it. With `run --detach` in one step a
+// container that exits at once left a zombie behind the PID file, which
+// systemd refuses ("New main PID does not exist or is a zombie", result
+// 'protocol') and whose exit code it never reports.
 func (m *Manager) service(r *record, rt Runtime) unitprops.Service {
 	name := r.Metadata.GetName()
 	execStart := []string{m.opts.Self, "_stdio", "--unit", r.Unit, "--identifier", name,
@@ -28,7 +36,7 @@ func (m *Manager) service(r *record, rt Runtime) unitprops.Service {
 	if r.Config.GetStdin() {
 		execStart = append(execStart, "--stdin-fifo", m.stdinFIFO(r.ID))
 	}
-	execStart = append(append(execStart, "--"), rt.RunArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID))...)
+	execStart = append(append(execStart, "--"), rt.CreateArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID))...)
 	stopPost := []string{m.opts.Self, "_exitrec", "--cgroup", systemd.SlicePath(r.Slice) + "/" + r.Unit,
 		"--cgroup-root", m.opts.CgroupRoot, m.stateDir(r.ID)}
 	if del := rt.DeleteArgv(r.ID); len(del) > 0 {
@@ -40,6 +48,7 @@ func (m *Manager) service(r *record, rt Runtime) unitprops.Service {
 		Description:      fmt.Sprintf("%s/%s/%s", r.PodNamespace, r.PodName, name),
 		PIDFile:          m.pidFile(r.ID),
 		ExecStart:        unitprops.Exec{Argv: execStart},
+		ExecStartPost:    unitprops.Exec{Argv: rt.StartArgv(r.ID, m.runtimeLog(r.ID))},
 		ExecStopPost:     unitprops.Exec{Argv: stopPost, IgnoreFailure: true},
 		KillSignal:       r.StopSignal,
 		StopTimeout:      safetyStopTimeout,
@@ -111,6 +120,21 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	_ = m.sd.ResetFailedUnit(uctx, r.Unit)
 	_ = rt.Delete(uctx, id, true)
 	msg := m.runtimeError(id)
+	if rec, err := exitrec.Read(m.stateDir(id)); msg == "" && err == nil && rec.ExitCode != "" {
+		// The runtime reported nothing and systemd saw the init exit: the
+		// container ran and was done before the start job completed (a
+		// main process that fails during ExecStartPost fails the job).
+		// That is a started container that exited, not a start error.
+		r = r.clone()
+		r.State, r.FinishedAt, r.ExitCode = StateExited, rec.FinishedAt, rec.Status()
+		r.Reason = reason(r.ExitCode, rec.OOMKilled)
+		m.flushLog(ctx, r)
+		if err := m.save(r); err != nil {
+			return fmt.Errorf("start container %s: %w", id, err)
+		}
+		c.rec = r
+		return nil
+	}
 	if msg == "" {
 		msg = startErr.Error()
 	}

@@ -210,6 +210,25 @@ func TestStartFailureReportsRuntimeMessage(t *testing.T) {
 	e.assertClean()
 }
 
+// The init exited (status 3) while ExecStartPost ran: systemd fails the
+// start job, but the container did start.
+func TestStartJobFailedButContainerRan(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("pod1", "quick")
+	e.sd.StartFunc = func(u *systemd.FakeUnit) systemd.JobResult {
+		e.writeExit(id, &exitrec.Record{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "3", FinishedAt: 77})
+		delete(e.sd.Units, u.Name)
+		return systemd.JobFailed
+	}
+	if err := e.m.Start(ctx, id); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	st := e.status(id)
+	if st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != 3 || st.Reason != ReasonError || st.FinishedAt != 77 {
+		t.Errorf("status %v", st)
+	}
+}
+
 func TestExitReasons(t *testing.T) {
 	e := newEnv(t)
 	cases := []struct {
@@ -464,9 +483,12 @@ func TestRuntimesFromConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	argv := strings.Join(rts["fast"].RunArgv("id", "/b", "/p", "/l"), " ")
-	if !strings.HasPrefix(argv, "/usr/bin/crun --log=/l --log-format=json --root /run/x/crun --cgroup-manager=disabled run") {
-		t.Errorf("crun argv %q", argv)
+	argv := strings.Join(rts["fast"].CreateArgv("id", "/b", "/p", "/l"), " ")
+	if argv != "/usr/bin/crun --log=/l --log-format=json --root /run/x/crun --cgroup-manager=disabled create --pid-file /p --bundle /b id" {
+		t.Errorf("crun create argv %q", argv)
+	}
+	if start := strings.Join(rts["runc"].StartArgv("id", "/l"), " "); start != "/usr/sbin/runc --log=/l --log-format=json --root /run/x/runc start id" {
+		t.Errorf("runc start argv %q", start)
 	}
 	if del := strings.Join(rts["runc"].DeleteArgv("id"), " "); del != "/usr/sbin/runc --root /run/x/runc delete --force id" {
 		t.Errorf("runc delete argv %q", del)

@@ -38,6 +38,8 @@ type Service struct {
 	Description string
 	PIDFile     string
 	ExecStart   Exec
+	// ExecStartPost runs once systemd knows the main PID.
+	ExecStartPost Exec
 	// ExecStopPost runs after the main process is gone, also when the start
 	// failed; it records the exit status while podunit may be down.
 	ExecStopPost Exec
@@ -52,11 +54,13 @@ type Service struct {
 	LogFields []string
 }
 
-// execCommand has the D-Bus shape (sasb) of ExecStart= entries.
+// execCommand has the D-Bus shape (sasb) of ExecStart= entries. The bool
+// is systemd's ignore_failure (the "-" prefix), whatever go-systemd's
+// PropExecStart calls it.
 type execCommand struct {
-	Path             string
-	Args             []string
-	UncleanIsFailure bool
+	Path          string
+	Args          []string
+	IgnoreFailure bool
 }
 
 func prop(name string, v any) systemd.Property {
@@ -64,7 +68,7 @@ func prop(name string, v any) systemd.Property {
 }
 
 func execProp(name string, e Exec) systemd.Property {
-	return prop(name, []execCommand{{Path: e.Argv[0], Args: e.Argv, UncleanIsFailure: !e.IgnoreFailure}})
+	return prop(name, []execCommand{{Path: e.Argv[0], Args: e.Argv, IgnoreFailure: e.IgnoreFailure}})
 }
 
 // Properties returns the unit properties for s plus the resource
@@ -99,6 +103,9 @@ func Properties(s Service, r *runtimeapi.LinuxContainerResources, caps Caps) ([]
 		// systemd's DefaultTasksMax is meant for daemons, not workloads;
 		// pids limits belong to the pod's slice (kubelet podPidsLimit).
 		PidsProperty(0),
+	}
+	if len(s.ExecStartPost.Argv) > 0 {
+		props = append(props, execProp("ExecStartPost", s.ExecStartPost))
 	}
 	if len(s.ExecStopPost.Argv) > 0 {
 		props = append(props, execProp("ExecStopPost", s.ExecStopPost))
@@ -161,7 +168,7 @@ func renderValue(v any) string {
 		var parts []string
 		for _, e := range x {
 			s := strings.Join(e.Args, " ")
-			if !e.UncleanIsFailure {
+			if e.IgnoreFailure {
 				s = "-" + s
 			}
 			parts = append(parts, "{"+e.Path+": "+s+"}")

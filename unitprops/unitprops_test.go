@@ -38,8 +38,9 @@ func baseService() Service {
 		Description: "default/web/nginx",
 		PIDFile:     "/run/podunit/containers/abc/pid",
 		ExecStart: Exec{Argv: []string{"/usr/bin/podunit", "_stdio", "--unit", "podunit-ctr-abc.service", "--",
-			"/usr/sbin/runc", "--root", "/run/podunit/runc", "run", "--detach", "--pid-file",
+			"/usr/sbin/runc", "--root", "/run/podunit/runc", "create", "--pid-file",
 			"/run/podunit/containers/abc/pid", "-b", "/run/podunit/containers/abc/bundle", "abc"}},
+		ExecStartPost:    Exec{Argv: []string{"/usr/sbin/runc", "--root", "/run/podunit/runc", "start", "abc"}},
 		ExecStopPost:     Exec{Argv: []string{"/usr/bin/podunit", "_exitrec", "/var/lib/podunit/containers/abc"}, IgnoreFailure: true},
 		KillSignal:       15,
 		StopTimeout:      30 * time.Second,
@@ -148,4 +149,31 @@ func FuzzRangeToBits(f *testing.F) {
 			t.Fatalf("RangeToBits(%q) gave an empty mask without error", s)
 		}
 	})
+}
+
+// The (sasb) bool is systemd's ignore_failure: a failing ExecStart must
+// fail the unit, a failing ExecStopPost recorder must not.
+func TestExecIgnoreFailureOnTheWire(t *testing.T) {
+	props, err := Properties(baseService(), nil, Caps{SystemdVersion: 252})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"ExecStart": false, "ExecStartPost": false, "ExecStopPost": true}
+	for _, p := range props {
+		w, ok := want[p.Name]
+		if !ok {
+			continue
+		}
+		delete(want, p.Name)
+		cmds := p.Value.Value().([]execCommand)
+		if cmds[0].IgnoreFailure != w {
+			t.Errorf("%s: ignore_failure %v, want %v", p.Name, cmds[0].IgnoreFailure, w)
+		}
+		if sig := p.Value.Signature().String(); sig != "a(sasb)" {
+			t.Errorf("%s signature %s", p.Name, sig)
+		}
+	}
+	if len(want) != 0 {
+		t.Errorf("missing %v", want)
+	}
 }
