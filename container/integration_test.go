@@ -303,7 +303,7 @@ func cgroupFile(ctrl, unit, file string) string {
 
 func (ie *inside) lifecycle(ctx context.Context, t *testing.T) {
 	m := ie.manager(t)
-	cfg := shConfig("life", `echo out-line; echo err-line >&2; `+trapTerm)
+	cfg := shConfig("life", `echo out-line > /dev/stdout; echo err-line > /dev/stderr; `+trapTerm)
 	cfg.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 64 << 20, CpuQuota: 20000, CpuPeriod: 100000, CpuShares: 512}
 	id := ie.run(ctx, t, m, cfg)
 	unit := unitName(id)

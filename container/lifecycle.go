@@ -38,7 +38,7 @@ func (m *Manager) service(r *record, rt Runtime) unitprops.Service {
 	}
 	execStart = append(append(execStart, "--"), rt.CreateArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID))...)
 	stopPost := []string{m.opts.Self, "_exitrec", "--cgroup", systemd.SlicePath(r.Slice) + "/" + r.Unit,
-		"--cgroup-root", m.opts.CgroupRoot, m.stateDir(r.ID)}
+		"--cgroup-root", m.opts.CgroupRoot, "--relay-pid-file", m.pidFile(r.ID) + ".relay", m.stateDir(r.ID)}
 	if del := rt.DeleteArgv(r.ID); len(del) > 0 {
 		stopPost = append(append(stopPost, "--"), del...)
 	}
@@ -87,7 +87,7 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	}
 	// A pid file or exit record left by an earlier attempt would be read
 	// as this run's.
-	for _, p := range []string{m.pidFile(id), m.exitFile(id)} {
+	for _, p := range []string{m.pidFile(id), m.pidFile(id) + ".relay", m.exitFile(id)} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("start container %s: %w", id, err)
 		}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/journal"
 	"github.com/podunit/podunit/statefile"
+	"github.com/podunit/podunit/stdio"
 	"golang.org/x/sys/unix"
 )
 
@@ -91,6 +92,10 @@ type Options struct {
 	CgroupPath string
 	// CgroupRoot is where the hierarchies are mounted.
 	CgroupRoot string
+	// RelayPIDFile names the log relay (package stdio); the recorder waits
+	// for it to drain the container's last output before it returns, since
+	// systemd SIGKILLs what is left in the unit once ExecStopPost is done.
+	RelayPIDFile string
 	// Argv, when set, runs after the record is written: the runtime's
 	// `delete --force`, so no stopped container state lingers in its root.
 	Argv []string
@@ -103,6 +108,7 @@ func ParseArgs(args []string) (Options, error) {
 	var o Options
 	fs.StringVar(&o.CgroupPath, "cgroup", "", "the unit's cgroup path, for OOM counters")
 	fs.StringVar(&o.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup mount point")
+	fs.StringVar(&o.RelayPIDFile, "relay-pid-file", "", "wait for this log relay to exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -204,6 +210,9 @@ func Main(args []string) int {
 			// podunit deletes again on remove; the record is what matters.
 			warn("%s: %v: %s", strings.Join(o.Argv, " "), err, strings.TrimSpace(string(out)))
 		}
+	}
+	if o.RelayPIDFile != "" && !stdio.WaitRelay(o.RelayPIDFile, 3*time.Second) {
+		warn("log relay %s still running; the container's last output may be cut", o.RelayPIDFile)
 	}
 	return rc
 }

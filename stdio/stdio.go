@@ -263,6 +263,9 @@ func parentOf(pid int) (ppid int, alive bool) {
 
 // Main is `podunit _stdio`: it only returns on failure.
 func Main(args []string) int {
+	if isRelay(args) {
+		return relayMain()
+	}
 	o, err := ParseArgs(args)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "podunit _stdio:", err)
@@ -283,10 +286,15 @@ func Main(args []string) int {
 			return 1
 		}
 	}
-	Setup(o, os.Stderr)
 	if o.PIDFile != "" {
+		// Unit mode: pipes through a relay, runtime as a supervised child.
+		if err := StartRelay(o, o.PIDFile+".relay", os.Stderr); err != nil {
+			fmt.Fprintln(os.Stderr, "podunit _stdio:", err)
+			return 1
+		}
 		return Supervise(path, o.Argv, o.PIDFile, 30*time.Second)
 	}
+	Setup(o, os.Stderr)
 	err = syscall.Exec(path, o.Argv, os.Environ())
 	fmt.Fprintf(os.Stderr, "podunit _stdio: exec %s: %v\n", path, err)
 	return 126

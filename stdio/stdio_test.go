@@ -249,3 +249,33 @@ func TestSuperviseRuntimeFailure(t *testing.T) {
 		t.Errorf("rc %d, want the runtime's 3", rc)
 	}
 }
+
+// Unit mode: the container writes to /dev/stdout and /dev/stderr by name
+// (an open(2) that fails with ENXIO on a socket); the relay carries both
+// pipes into their journald streams and exits when the writers are gone.
+func TestRelayPipesOpenByName(t *testing.T) {
+	sock, ch := fakeJournal(t)
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	script := `echo $$ > ` + pidFile + `; echo by-fd; echo by-name > /dev/stdout; echo err-by-name > /dev/stderr`
+	cmd := exec.Command(os.Args[0], "_stdio", "--unit", "u.service", "--identifier", "c", "--socket", sock,
+		"--pid-file", pidFile, "--", "/bin/sh", "-c", script)
+	if out, err := cmd.CombinedOutput(); err != nil || len(out) != 0 {
+		t.Fatalf("wrapper: %v, output on inherited fds: %q", err, out)
+	}
+	got := map[string][]string{}
+	for i := 0; i < 2; i++ {
+		select {
+		case lines := <-ch:
+			got[lines[2]] = lines[7:]
+		case <-time.After(5 * time.Second):
+			t.Fatal("relay did not finish both streams")
+		}
+	}
+	if strings.Join(got["6"], "|") != "by-fd|by-name" || strings.Join(got["3"], "|") != "err-by-name" {
+		t.Errorf("streams: %q", got)
+	}
+	if !WaitRelay(pidFile+".relay", 5*time.Second) {
+		t.Error("relay still running after both pipes closed")
+	}
+}

@@ -1,0 +1,187 @@
+package stdio
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Why a relay: a container's stdout/stderr must be pipes. Many images
+// open /dev/stdout or /dev/stderr by name (nginx logs to
+// /var/log/nginx/error.log -> /dev/stderr), and open(2) of
+// /proc/self/fd/N fails with ENXIO when fd N is a socket, as a journald
+// stream is. So the container gets the write ends of two pipes, and a small
+// process in the unit splices each pipe into its journald stream. It lives
+// in the unit's cgroup, not in podunit: podunit can stop or restart without
+// touching it, and it ends by itself when the container's last writer is
+// gone (EOF on both pipes).
+
+// relayFlag marks the re-executed relay child; its fds 3..6 are
+// stdout-pipe, stdout-stream, stderr-pipe, stderr-stream.
+const relayFlag = "--relay-child"
+
+// StartRelay connects two journald streams, starts the relay child and
+// makes fds 1 and 2 of this process the pipes' write ends. pidFile, if
+// set, receives the relay's PID (the exit recorder waits for it to drain).
+// When journald cannot be reached the inherited stdout/stderr stay.
+func StartRelay(o Options, pidFile string, warn io.Writer) error {
+	outSock, err := Connect(o.Socket, o.Identifier, o.Unit, PriorityStdout)
+	if err != nil {
+		fmt.Fprintf(warn, "podunit _stdio: %v; keeping inherited stdout/stderr\n", err)
+		return nil
+	}
+	errSock, err := Connect(o.Socket, o.Identifier, o.Unit, PriorityStderr)
+	if err != nil {
+		unix.Close(outSock)
+		fmt.Fprintf(warn, "podunit _stdio: %v; keeping inherited stdout/stderr\n", err)
+		return nil
+	}
+	var outP, errP [2]int
+	if err := unix.Pipe2(outP[:], unix.O_CLOEXEC); err != nil {
+		return fmt.Errorf("pipe: %w", err)
+	}
+	if err := unix.Pipe2(errP[:], unix.O_CLOEXEC); err != nil {
+		return fmt.Errorf("pipe: %w", err)
+	}
+	files := []*os.File{
+		os.NewFile(uintptr(outP[0]), "stdout-pipe"), os.NewFile(uintptr(outSock), "stdout-stream"),
+		os.NewFile(uintptr(errP[0]), "stderr-pipe"), os.NewFile(uintptr(errSock), "stderr-stream"),
+	}
+	cmd := exec.Command("/proc/self/exe", "_stdio", relayFlag)
+	cmd.Args[0] = os.Args[0]
+	cmd.ExtraFiles = files
+	// The relay must not get SIGHUP/SIGINT meant for a terminal session.
+	cmd.SysProcAttr = &unix.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start log relay: %w", err)
+	}
+	for _, f := range files {
+		f.Close()
+	}
+	if pidFile != "" {
+		_ = os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+	}
+	// Let it go: it outlives this wrapper and is re-parented to systemd.
+	_ = cmd.Process.Release()
+	if err := unix.Dup3(outP[1], 1, 0); err != nil {
+		return fmt.Errorf("dup stdout: %w", err)
+	}
+	if err := unix.Dup3(errP[1], 2, 0); err != nil {
+		return fmt.Errorf("dup stderr: %w", err)
+	}
+	unix.Close(outP[1])
+	unix.Close(errP[1])
+	return nil
+}
+
+// isRelay reports whether args start the relay child.
+func isRelay(args []string) bool { return len(args) == 1 && args[0] == relayFlag }
+
+// relayMain copies both pipes into their streams until both writers are gone.
+func relayMain() int {
+	debug.SetGCPercent(20) // an idle relay per container: keep it small
+	var wg sync.WaitGroup
+	for _, fds := range [][2]int{{3, 4}, {5, 6}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			Pump(fds[0], fds[1])
+		}()
+	}
+	wg.Wait()
+	return 0
+}
+
+// Pump moves bytes from the pipe in to the socket out until EOF, with
+// splice(2) (no copy through user space) or read/write where splice is
+// not supported. Write errors (journald gone) end the pump: the container
+// then gets EPIPE rather than blocking forever on a full pipe.
+func Pump(in, out int) {
+	defer unix.Close(in)
+	defer unix.Close(out)
+	for {
+		n, err := unix.Splice(in, nil, out, nil, 1<<20, unix.SPLICE_F_MOVE|unix.SPLICE_F_MORE)
+		if err == nil && n == 0 {
+			return
+		}
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
+			continue
+		}
+		if errors.Is(err, unix.EINVAL) {
+			copyLoop(in, out)
+		}
+		return
+	}
+}
+
+func copyLoop(in, out int) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := unix.Read(in, buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if n <= 0 || err != nil {
+			return
+		}
+		for b := buf[:n]; len(b) > 0; {
+			w, err := unix.Write(out, b)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil {
+				return
+			}
+			b = b[w:]
+		}
+	}
+}
+
+// WaitRelay waits until the relay whose PID is in pidFile has exited
+// (drained both pipes), at most d.
+func WaitRelay(pidFile string, d time.Duration) bool {
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return true
+	}
+	pid, err := strconv.Atoi(string(b))
+	if err != nil || pid <= 0 {
+		return true
+	}
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if _, alive := parentOf(pid); !alive {
+			return true
+		}
+		if state(pid) == 'Z' {
+			return true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return false
+}
+
+// state is the process state letter from /proc/PID/stat ('Z' for zombie).
+func state(pid int) byte {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	for i := len(b) - 1; i > 0; i-- {
+		if b[i] == ')' && i+2 < len(b) {
+			return b[i+2]
+		}
+	}
+	return 0
+}
