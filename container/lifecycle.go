@@ -302,7 +302,7 @@ func (m *Manager) refreshLocked(ctx context.Context, c *ctr, active string) {
 // flushLog waits, bounded, until the CRI log holds the container's last
 // lines, so `kubectl logs` of an EXITED container is complete.
 func (m *Manager) flushLog(ctx context.Context, r *record) {
-	if m.logs == nil || r.LogPath == "" {
+	if m.logs == nil || r.LogPath == "" || ctx.Value(noLogFlush{}) != nil {
 		return
 	}
 	fctx, cancel := context.WithTimeout(ctx, m.opts.LogFlushTimeout)

@@ -46,17 +46,12 @@ func (m *Manager) Recover(ctx context.Context) error {
 		m.names[nameKey(r.PodID, r.Metadata)] = id
 		m.mu.Unlock()
 	}
-	// Resolve containers that exited while we were away.
-	_ = m.snapshot(ctx)
+	// Resolve containers that exited while we were away. Their logs are
+	// not flushed here: the log follower may not run yet, and when it
+	// starts it catches up from its recorded position anyway.
+	_ = m.snapshot(context.WithValue(ctx, noLogFlush{}, true))
 	if m.logs != nil {
-		for _, id := range m.logs.Containers() {
-			m.mu.RLock()
-			_, known := m.ctrs[id]
-			m.mu.RUnlock()
-			if !known {
-				errs = append(errs, m.logs.Unregister(id))
-			}
-		}
+		errs = append(errs, m.PruneLogs())
 	}
 
 	units, err := m.sd.ListUnits(ctx, UnitPrefix+"*.service")
@@ -78,6 +73,32 @@ func (m *Manager) Recover(ctx context.Context) error {
 			if !strings.ContainsAny(id, "/.") && id != "" {
 				_ = os.RemoveAll(m.stateDir(id))
 				_ = os.RemoveAll(m.runDir(id))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// noLogFlush in a context skips the log flush when a container is found
+// exited (recovery, before the log follower runs).
+type noLogFlush struct{}
+
+// PruneLogs stops the CRI log writers of containers that no longer exist
+// (removed while podunit was down). Recover calls it; call it again once
+// the log follower has started if it starts after Recover, since a
+// follower that is not running yet knows no writers.
+func (m *Manager) PruneLogs() error {
+	if m.logs == nil {
+		return nil
+	}
+	var errs []error
+	for _, id := range m.logs.Containers() {
+		m.mu.RLock()
+		_, known := m.ctrs[id]
+		m.mu.RUnlock()
+		if !known {
+			if err := m.logs.Unregister(id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				errs = append(errs, err)
 			}
 		}
 	}
