@@ -1,0 +1,160 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/podunit/podunit/container"
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/imagestore"
+	"github.com/podunit/podunit/oci"
+	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/unitprops"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Minimal collaborators for the container manager: the RPCs only translate,
+// the manager's own tests cover its behaviour.
+type ctrTestImages struct{ dir string }
+
+func (i ctrTestImages) Resolve(ctx context.Context, ref string) (*imagestore.ImageInfo, error) {
+	if ref != "busybox" {
+		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+	}
+	return &imagestore.ImageInfo{ID: "1234"}, nil
+}
+func (i ctrTestImages) CreateContainerRootfs(ctx context.Context, id, ref, name string) error {
+	return os.MkdirAll(filepath.Join(i.dir, id), 0o755)
+}
+func (i ctrTestImages) MountRootfs(ctx context.Context, id string) (string, error) {
+	return filepath.Join(i.dir, id), nil
+}
+func (i ctrTestImages) UnmountRootfs(ctx context.Context, id string) error { return nil }
+func (i ctrTestImages) DeleteRootfs(ctx context.Context, id string) error {
+	return os.RemoveAll(filepath.Join(i.dir, id))
+}
+
+type ctrTestRuntime struct{}
+
+func (ctrTestRuntime) Name() string                                            { return "runc" }
+func (ctrTestRuntime) CreateArgv(id, b, p, l string) []string                  { return []string{"/bin/true"} }
+func (ctrTestRuntime) StartArgv(id, l string) []string                         { return []string{"/bin/true"} }
+func (ctrTestRuntime) DeleteArgv(id string) []string                           { return nil }
+func (ctrTestRuntime) Delete(ctx context.Context, id string, force bool) error { return nil }
+func (ctrTestRuntime) Exec(ctx context.Context, id string, p oci.ExecProcess) (int, error) {
+	fmt.Fprint(p.Stdout, "out")
+	fmt.Fprint(p.Stderr, "err")
+	return 4, nil
+}
+
+// containerServer is podServer (real sandbox manager, fake network and
+// systemd) plus a container manager on fake images and runtime.
+func containerServer(t *testing.T) *Server {
+	t.Helper()
+	s := podServer(t)
+	dir := t.TempDir()
+	m, err := container.New(container.Options{
+		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"), Self: "/podunit",
+		Caps: unitprops.Caps{SystemdVersion: 252},
+	}, container.Deps{
+		Systemd: systemd.NewFake(), Images: ctrTestImages{dir: filepath.Join(dir, "rootfs")},
+		Pods: container.SandboxPods(s.pods), Runtimes: map[string]container.Runtime{"runc": ctrTestRuntime{}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ctrs = m
+	s.pods.SetContainers(m)
+	return s
+}
+
+func TestContainerRPCs(t *testing.T) {
+	ctx := context.Background()
+	s := containerServer(t)
+	run, err := s.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: testPod("ctr", nil), RuntimeHandler: "runc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := run.PodSandboxId
+	cfg := &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "c"},
+		Image:    &runtimeapi.ImageSpec{Image: "busybox"},
+		Command:  []string{"sh"},
+		Labels:   map[string]string{"a": "b"},
+	}
+	cr, err := s.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod[:12], Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := cr.ContainerId
+	if _, err := s.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod[:12], Config: cfg}); !errors.Is(err, errdefs.ErrExists) {
+		t.Errorf("duplicate create: %v", err)
+	}
+	if _, err := s.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id, Verbose: true})
+	if err != nil || st.Status.State != runtimeapi.ContainerState_CONTAINER_RUNNING || st.Status.ImageId != "1234" || st.Info["info"] == "" {
+		t.Fatalf("status %v %v", st, err)
+	}
+	lr, err := s.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{LabelSelector: map[string]string{"a": "b"}}})
+	if err != nil || len(lr.Containers) != 1 || lr.Containers[0].Id != id || lr.Containers[0].PodSandboxId != pod {
+		t.Errorf("list %v %v", lr, err)
+	}
+	er, err := s.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: []string{"x"}, Timeout: 5})
+	if err != nil || string(er.Stdout) != "out" || string(er.Stderr) != "err" || er.ExitCode != 4 {
+		t.Errorf("exec %v %v", er, err)
+	}
+	if _, err := s.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: id,
+		Linux: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 1 << 26}}); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = s.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	if st.Status.GetResources().GetLinux().GetMemoryLimitInBytes() != 1<<26 {
+		t.Errorf("resources %v", st.Status.GetResources())
+	}
+	if _, err := s.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := s.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
+			t.Fatalf("remove %d: %v", i, err)
+		}
+	}
+	if _, err := s.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("status after remove: %v", err)
+	}
+	if _, err := s.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id}); err != nil {
+		t.Errorf("stop of a removed container: %v", err)
+	}
+	// StopPodSandbox/RemovePodSandbox reach the containers through the
+	// sandbox manager.
+	cr2, err := s.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: cr2.ContainerId}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod}); err != nil {
+		t.Fatal(err)
+	}
+	st, _ = s.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: cr2.ContainerId})
+	if st.GetStatus().GetState() != runtimeapi.ContainerState_CONTAINER_EXITED {
+		t.Errorf("after StopPodSandbox: %v", st.GetStatus())
+	}
+	if _, err := s.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod}); err != nil {
+		t.Fatal(err)
+	}
+	if lr, _ := s.ListContainers(ctx, &runtimeapi.ListContainersRequest{}); len(lr.GetContainers()) != 0 {
+		t.Errorf("containers left after RemovePodSandbox: %v", lr.GetContainers())
+	}
+	bad := &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "x"}, Image: &runtimeapi.ImageSpec{Image: "nope"}}
+	if _, err := s.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: bad}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("removed pod: %v", err)
+	}
+}
