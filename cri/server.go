@@ -12,6 +12,7 @@ import (
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/logs"
 	"github.com/podunit/podunit/sandbox"
+	"github.com/podunit/podunit/streaming"
 	"github.com/podunit/podunit/systemd"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -31,6 +32,8 @@ type Deps struct {
 	Pods       *sandbox.Manager
 	Containers *container.Manager
 	Logs       *logs.Manager
+	Stream     *streaming.Server
+	Stats      StatsDeps
 	Version    string
 	Logger     *slog.Logger
 	// Network reports whether pod networking is configured; nil means
@@ -51,6 +54,8 @@ type Server struct {
 	pods    *sandbox.Manager
 	ctrs    *container.Manager
 	logs    *logs.Manager
+	stream  *streaming.Server
+	stats   StatsDeps
 	version string
 	log     *slog.Logger
 	network func(ctx context.Context) error
@@ -58,7 +63,7 @@ type Server struct {
 
 // New builds the server from its dependencies.
 func New(d Deps) *Server {
-	s := &Server{cfg: d.Config, sd: d.Systemd, images: d.Images, pods: d.Pods, ctrs: d.Containers, logs: d.Logs, version: d.Version, log: d.Logger, network: d.Network}
+	s := &Server{cfg: d.Config, sd: d.Systemd, images: d.Images, pods: d.Pods, ctrs: d.Containers, logs: d.Logs, stream: d.Stream, stats: d.Stats, version: d.Version, log: d.Logger, network: d.Network}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -1,8 +1,3 @@
-//go:build podunit_stats
-
-// The podunit_stats tag keeps this file out of the build until the server
-// has its stats field (Deps.Stats, Server.stats): wiring removes the tag.
-
 package cri
 
 import (

@@ -1,5 +1,3 @@
-//go:build podunit_stats
-
 package cri
 
 import (

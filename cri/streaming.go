@@ -1,9 +1,3 @@
-// The lead removes this constraint when cri/server.go gains the field
-// `stream *streaming.Server` (set from Deps); until then cri builds
-// without these methods (Unimplemented from the embedded defaults).
-
-//go:build podunit_stream_wired
-
 package cri
 
 import (

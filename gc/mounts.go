@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,6 +21,9 @@ type Mounts struct {
 	Root      string
 	Known     func(owner string) bool
 	MountInfo string // defaults to /proc/self/mountinfo
+	// MinAge spares owners whose directory changed more recently: an
+	// object being created right now has mounts before it has a record.
+	MinAge time.Duration
 }
 
 func (m Mounts) Name() string { return "mounts:" + m.Root }
@@ -40,7 +44,7 @@ func (m Mounts) Collect(ctx context.Context, dryRun bool) ([]string, error) {
 	for _, p := range points {
 		rel, _ := filepath.Rel(m.Root, p)
 		owner := strings.Split(rel, string(filepath.Separator))[0]
-		if owner == "." || m.Known(owner) {
+		if owner == "." || m.Known(owner) || young(filepath.Join(m.Root, owner), m.MinAge) {
 			continue
 		}
 		out = append(out, p)
@@ -104,6 +108,8 @@ func unescapeMount(s string) string {
 type Dirs struct {
 	Dir   string
 	Known func(name string) bool
+	// MinAge spares entries changed more recently (see Mounts.MinAge).
+	MinAge time.Duration
 }
 
 func (d Dirs) Name() string { return "dirs:" + d.Dir }
@@ -120,10 +126,10 @@ func (d Dirs) Collect(ctx context.Context, dryRun bool) ([]string, error) {
 	var errs []error
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") || d.Known(strings.TrimSuffix(name, ".json")) {
+		p := filepath.Join(d.Dir, name)
+		if strings.HasPrefix(name, ".") || d.Known(strings.TrimSuffix(name, ".json")) || young(p, d.MinAge) {
 			continue
 		}
-		p := filepath.Join(d.Dir, name)
 		out = append(out, p)
 		if !dryRun {
 			if err := os.RemoveAll(p); err != nil {
@@ -132,4 +138,13 @@ func (d Dirs) Collect(ctx context.Context, dryRun bool) ([]string, error) {
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// young reports whether p changed within age (a missing p is not young).
+func young(p string, age time.Duration) bool {
+	if age <= 0 {
+		return false
+	}
+	fi, err := os.Lstat(p)
+	return err == nil && time.Since(fi.ModTime()) < age
 }

@@ -6,13 +6,19 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/container"
 	"github.com/podunit/podunit/cri"
+	"github.com/podunit/podunit/events"
+	"github.com/podunit/podunit/gc"
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/logs"
+	"github.com/podunit/podunit/metrics"
 	"github.com/podunit/podunit/sandbox"
+	"github.com/podunit/podunit/stats"
+	"github.com/podunit/podunit/streaming"
 	"github.com/podunit/podunit/systemd"
 )
 
@@ -24,9 +30,28 @@ type services struct {
 	pods    *sandbox.Manager
 	ctrs    *container.Manager
 	logs    *logs.Manager
+	stream  *streaming.Server
+	hub     *events.Hub
+	metrics *metrics.Server
+	gc      *gc.Runner
+	stop    []func()
 }
 
 func (s *services) close() {
+	for i := len(s.stop) - 1; i >= 0; i-- {
+		s.stop[i]()
+	}
+	if s.stream != nil {
+		s.stream.Close()
+	}
+	if s.metrics != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.metrics.Stop(ctx)
+		cancel()
+	}
+	if s.hub != nil {
+		s.hub.Close()
+	}
 	if s.logs != nil {
 		s.logs.Close()
 	}
@@ -123,10 +148,36 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	if err := lm.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start log follower: %w", err)
 	}
+	// Leftovers of a crash (units, mounts, storage containers, dirs with
+	// no record) go before the CRI serves, when nothing is in flight.
+	startGC := gc.NewRunner(log.With("component", "gc"), collectors(cfg, s, 0)...)
+	if _, err := startGC.Run(ctx, false); err != nil {
+		log.Warn("garbage collection at start incomplete", "err", err)
+	}
+	s.gc = gc.NewRunner(log.With("component", "gc"), collectors(cfg, s, 10*time.Minute)...)
+	go s.gc.Loop(ctx, cfg.GC.Interval.D())
+	if stopAdmin, err := serveAdmin(cfg.Paths.RunDir, s.gc, log); err != nil {
+		log.Warn("admin socket unavailable: podunit gc will not work", "err", err)
+	} else {
+		s.stop = append(s.stop, stopAdmin)
+	}
+
+	if s.stream, err = startStreaming(cfg, s, storedFDs, log); err != nil {
+		return nil, err
+	}
+	s.hub = startEvents(ctx, s, log)
+	reader, err := stats.Host()
+	if err != nil {
+		return nil, fmt.Errorf("cgroup stats: %w", err)
+	}
 
 	s.cri = cri.New(cri.Deps{
-		Config: cfg, Systemd: sd, Images: images, Pods: pods, Containers: ctrs, Logs: lm,
+		Config: cfg, Systemd: sd, Images: images, Pods: pods, Containers: ctrs, Logs: lm, Stream: s.stream,
+		Stats:   statsDeps(s, reader, s.hub, cfg.Image.StorageRoot),
 		Network: pods.NetworkReady, Version: podunitVersion(), Logger: log,
 	})
+	if s.metrics, err = startMetrics(cfg, s, s.hub, log); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
 	return s, nil
 }

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/podunit/podunit/config"
+	"github.com/podunit/podunit/container"
+	"github.com/podunit/podunit/cri"
+	"github.com/podunit/podunit/events"
+	"github.com/podunit/podunit/gc"
+	"github.com/podunit/podunit/logs"
+	"github.com/podunit/podunit/metrics"
+	"github.com/podunit/podunit/sandbox"
+	"github.com/podunit/podunit/stats"
+	"github.com/podunit/podunit/stats/cristats"
+	"github.com/podunit/podunit/streaming"
+	"github.com/podunit/podunit/systemd"
+	"github.com/prometheus/client_golang/prometheus"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// podNetNS adapts the pod manager to the streaming server's Pods.
+type podNetNS struct{ pods *sandbox.Manager }
+
+func (p podNetNS) NetNSPath(ctx context.Context, podID string) (string, error) {
+	sb, err := p.pods.Get(ctx, podID)
+	if err != nil {
+		return "", err
+	}
+	return sb.NetNSPath, nil
+}
+
+// statsSource joins containers and pods for the stats collector.
+type statsSource struct {
+	ctrs *container.Manager
+	pods *sandbox.Manager
+}
+
+func (s statsSource) StatsContainers(ctx context.Context) ([]cristats.Container, error) {
+	return s.ctrs.StatsContainers(ctx)
+}
+
+func (s statsSource) StatsPods(ctx context.Context) ([]cristats.Pod, error) {
+	var out []cristats.Pod
+	for _, sb := range s.pods.List(ctx) {
+		out = append(out, cristats.Pod{
+			ID: sb.ID, Metadata: sb.Config.GetMetadata(), Labels: sb.Config.GetLabels(),
+			Annotations: sb.Config.GetAnnotations(), CgroupPath: systemd.SlicePath(sb.Slice), NetNSPath: sb.NetNSPath,
+		})
+	}
+	return out, nil
+}
+
+// startStreaming builds the exec/attach/port-forward server.
+func startStreaming(cfg *config.Config, s *services, stored []*os.File, log *slog.Logger) (*streaming.Server, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	st := streaming.NewStdio(streaming.StdioConfig{
+		Restored: stored,
+		Store:    streaming.NotifyFDStore{},
+		Sink:     &streaming.JournalSink{Fields: s.journalFields},
+		Logger:   log.With("component", "stdio"),
+	})
+	st.Prune(func(id string) bool { _, _, err := s.ctrs.Status(context.Background(), id, false); return err == nil })
+	srv, err := streaming.New(streaming.Config{
+		Address: cfg.Streaming.Address, TLSCert: cfg.Streaming.TLSCert, TLSKey: cfg.Streaming.TLSKey,
+	}, streaming.Deps{
+		Containers: s.ctrs, Pods: podNetNS{s.pods},
+		Exec:   streaming.CLIExecutor{Helper: []string{self, streaming.ExecHelperName}},
+		Stdio:  st,
+		Output: streaming.JournalFollower{},
+		Logger: log.With("component", "streaming"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("streaming server: %w", err)
+	}
+	go func() {
+		if err := srv.Serve(); err != nil {
+			log.Error("streaming server stopped", "err", err)
+		}
+	}()
+	return srv, nil
+}
+
+// journalFields are the journal fields of a container's output, for TTY
+// output that podunit itself relays to the journal.
+func (s *services) journalFields(containerID string) []string {
+	st, _, err := s.ctrs.Status(context.Background(), containerID, false)
+	if err != nil {
+		return logs.ExtraFields(logs.Identity{ContainerID: containerID})
+	}
+	return logs.ExtraFields(logs.Identity{
+		PodNamespace: st.GetLabels()["io.kubernetes.pod.namespace"], PodName: st.GetLabels()["io.kubernetes.pod.name"],
+		PodUID: st.GetLabels()["io.kubernetes.pod.uid"], ContainerName: st.GetMetadata().GetName(),
+		ContainerID: containerID, Attempt: st.GetMetadata().GetAttempt(),
+	})
+}
+
+// startEvents subscribes to systemd's unit signals and translates them to
+// CRI container events.
+func startEvents(ctx context.Context, s *services, log *slog.Logger) *events.Hub {
+	hub := events.NewHub(events.HubOptions{})
+	w := systemd.NewWatcher(systemd.WatchOptions{
+		Match:  func(u string) bool { return strings.HasPrefix(u, container.UnitPrefix) },
+		Logger: log.With("component", "unit-watcher"),
+	})
+	tr := events.NewTranslator(events.TranslatorOptions{
+		Units: w.Events(), Containers: s.ctrs, Systemd: s.systemd,
+		UnitPattern: container.UnitPrefix + "*.service", Hub: hub, Logger: log.With("component", "events"),
+	})
+	go func() { _ = w.Run(ctx) }()
+	go func() { _ = tr.Run(ctx) }()
+	return hub
+}
+
+func statsDeps(s *services, reader *stats.Reader, hub *events.Hub, storageRoot string) cri.StatsDeps {
+	collector := cristats.New(cristats.Options{
+		Reader: reader,
+		Source: statsSource{s.ctrs, s.pods},
+		WritableLayer: func(ctx context.Context, id string) (cristats.LayerUsage, error) {
+			b, n, err := s.images.RootfsUsage(ctx, id)
+			if err != nil {
+				return cristats.LayerUsage{}, err
+			}
+			l := cristats.LayerUsage{Mountpoint: storageRoot, UsedBytes: b, InodesUsed: n}
+			l.TotalBytes, l.TotalInodes, l.FreeInodes, _ = stats.FSInfo(storageRoot)
+			return l, nil
+		},
+	})
+	return cri.StatsDeps{
+		Collector: collector,
+		Hub:       hub,
+		PodStatus: func(ctx context.Context, podID string) (*runtimeapi.PodSandboxStatus, error) {
+			resp, err := s.cri.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: podID})
+			if err != nil {
+				return nil, err
+			}
+			return resp.GetStatus(), nil
+		},
+		ContainerStatuses: func(ctx context.Context, podID string) ([]*runtimeapi.ContainerStatus, error) {
+			var out []*runtimeapi.ContainerStatus
+			for _, id := range s.ctrs.PodContainers(podID) {
+				if st, _, err := s.ctrs.Status(ctx, id, false); err == nil {
+					out = append(out, st)
+				}
+			}
+			return out, nil
+		},
+	}
+}
+
+// startMetrics serves Prometheus metrics (and pprof) when configured.
+func startMetrics(cfg *config.Config, s *services, hub *events.Hub, log *slog.Logger) (*metrics.Server, error) {
+	if cfg.Metrics.Address == "" {
+		return nil, nil
+	}
+	var cs []prometheus.Collector
+	cs = append(cs, systemd.Collectors()...)
+	cs = append(cs, systemd.WatcherCollectors()...)
+	cs = append(cs, cri.Collectors()...)
+	cs = append(cs, events.Collectors()...)
+	cs = append(cs, gc.Collectors()...)
+	reg, err := metrics.NewRegistry(metrics.Options{
+		Collectors: cs,
+		ContainersByState: func() map[string]int {
+			out := map[string]int{}
+			list, err := s.ctrs.List(context.Background(), nil)
+			if err != nil {
+				return out
+			}
+			for _, c := range list {
+				out[strings.ToLower(strings.TrimPrefix(c.State.String(), "CONTAINER_"))]++
+			}
+			return out
+		},
+		EventSubscribers: hub.Subscribers,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return metrics.Start(cfg.Metrics.Address, reg, log.With("component", "metrics"))
+}
+
+// collectors are the garbage collectors run at start (minAge 0, before the
+// CRI serves), periodically and by `podunit gc` (minAge > 0, so objects
+// being created right now, which have mounts and directories before their
+// record, are left alone): podunit's own units, storage containers,
+// mounts and directories that no record owns.
+func collectors(cfg *config.Config, s *services, minAge time.Duration) []gc.Collector {
+	ctx := context.Background()
+	knownCtr := func(id string) bool { _, _, err := s.ctrs.Status(ctx, id, false); return err == nil }
+	knownPod := func(id string) bool { _, err := s.pods.Get(ctx, id); return err == nil }
+	cs := []gc.Collector{
+		gc.Units{Conn: s.systemd, Patterns: []string{container.UnitPrefix + "*.service"}, Known: func(u string) bool {
+			_, ok := s.ctrs.ContainerOfUnit(u)
+			return ok
+		}},
+	}
+	if minAge == 0 {
+		// Storage containers carry no age podunit can trust, so only the
+		// start-up pass, which runs before any CreateContainer, takes them.
+		cs = append(cs, gc.Func{N: "storage-containers", F: func(ctx context.Context, dry bool) ([]string, error) {
+			ids, err := s.images.ListRootfs(ctx)
+			if err != nil {
+				return nil, err
+			}
+			var out []string
+			for _, id := range ids {
+				if knownCtr(id) {
+					continue
+				}
+				out = append(out, id)
+				if !dry {
+					if err := s.images.DeleteRootfs(ctx, id); err != nil {
+						return out, err
+					}
+				}
+			}
+			return out, nil
+		}})
+	}
+	podRun := filepath.Join(cfg.Paths.RunDir, "sandboxes")
+	ctrRun := filepath.Join(cfg.Paths.RunDir, "containers")
+	return append(cs,
+		gc.Mounts{Root: podRun, Known: knownPod, MinAge: minAge},
+		gc.Mounts{Root: ctrRun, Known: knownCtr, MinAge: minAge},
+		gc.Dirs{Dir: podRun, Known: knownPod, MinAge: minAge},
+		gc.Dirs{Dir: ctrRun, Known: knownCtr, MinAge: minAge},
+		gc.Dirs{Dir: filepath.Join(cfg.Paths.StateDir, "containers"), Known: knownCtr, MinAge: minAge},
+		gc.Dirs{Dir: filepath.Join(cfg.Paths.StateDir, "sandboxes"), Known: knownPod, MinAge: minAge},
+	)
+}

@@ -1,0 +1,133 @@
+package container
+
+import (
+	"context"
+	"strings"
+
+	"github.com/podunit/podunit/events"
+	"github.com/podunit/podunit/stats/cristats"
+	"github.com/podunit/podunit/streaming"
+	"github.com/podunit/podunit/systemd"
+)
+
+// The manager seen by the stats collector, the event translator and the
+// streaming server. Each answers from the in-memory records: no D-Bus call
+// per container.
+
+// StatsContainers lists every container for the stats collector.
+func (m *Manager) StatsContainers(ctx context.Context) ([]cristats.Container, error) {
+	var out []cristats.Container
+	for _, c := range m.all() {
+		c.mu.Lock()
+		r := c.rec
+		if r == nil {
+			c.mu.Unlock()
+			continue
+		}
+		sc := cristats.Container{
+			ID: r.ID, PodID: r.PodID, Metadata: r.Metadata, Image: r.ImageName,
+			Labels: r.Config.GetLabels(), Annotations: r.Config.GetAnnotations(), StartedAt: r.StartedAt,
+		}
+		if r.State == StateRunning {
+			sc.CgroupPath = systemd.SlicePath(r.Slice) + "/" + r.Unit
+		}
+		c.mu.Unlock()
+		out = append(out, sc)
+	}
+	return out, nil
+}
+
+// ContainerOfUnit maps a container unit name to its container.
+func (m *Manager) ContainerOfUnit(unit string) (events.Ref, bool) {
+	if !strings.HasPrefix(unit, UnitPrefix) || !strings.HasSuffix(unit, ".service") {
+		return events.Ref{}, false
+	}
+	id := strings.TrimSuffix(strings.TrimPrefix(unit, UnitPrefix), ".service")
+	m.mu.RLock()
+	c, ok := m.ctrs[id]
+	m.mu.RUnlock()
+	if !ok {
+		return events.Ref{}, false
+	}
+	return events.Ref{ID: id, PodID: c.podID}, true
+}
+
+// Running lists the containers whose records say running.
+func (m *Manager) Running(ctx context.Context) ([]events.Ref, error) {
+	var out []events.Ref
+	for _, c := range m.all() {
+		c.mu.Lock()
+		if c.rec != nil && c.rec.State == StateRunning {
+			out = append(out, events.Ref{ID: c.rec.ID, PodID: c.podID})
+		}
+		c.mu.Unlock()
+	}
+	return out, nil
+}
+
+// UnitStopped resolves a container whose unit stopped; first is true only
+// for the call that moved the record from running to exited.
+func (m *Manager) UnitStopped(ctx context.Context, id string, st systemd.UnitState) (bool, error) {
+	c, err := m.get(id)
+	if err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rec == nil || c.rec.State != StateRunning {
+		return false, nil
+	}
+	m.refreshLocked(ctx, c, st.ActiveState)
+	return c.rec != nil && c.rec.State == StateExited, nil
+}
+
+// StreamTarget describes a container for exec and attach.
+func (m *Manager) StreamTarget(ctx context.Context, id string) (streaming.Target, error) {
+	c, err := m.get(id)
+	if err != nil {
+		return streaming.Target{}, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m.refreshLocked(ctx, c, "")
+	r := c.rec
+	rt, err := m.runtime(r.Handler)
+	if err != nil {
+		return streaming.Target{}, err
+	}
+	t := streaming.Target{
+		ID:         r.ID,
+		Running:    r.State == StateRunning,
+		RuntimeCmd: runtimeGlobals(rt),
+		Stdin:      r.Config.GetStdin(),
+		StdinOnce:  r.Config.GetStdinOnce(),
+		// Containers run without a terminal (output goes to the journal
+		// streams), so attach is plain even for tty configs.
+		TTY: false,
+	}
+	if t.Stdin {
+		t.StdinPath = m.stdinFIFO(r.ID)
+	}
+	return t, nil
+}
+
+// runtimeGlobals is the runtime binary with the global flags containers
+// were created with, so exec finds them under the same --root.
+func runtimeGlobals(rt Runtime) []string {
+	if o, ok := rt.(ociRuntime); ok {
+		g, _ := o.split("x", "b", "p")
+		return g
+	}
+	return []string{rt.Name()}
+}
+
+// all snapshots the container set.
+func (m *Manager) all() []*ctr {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]*ctr, 0, len(m.ctrs))
+	for _, c := range m.ctrs {
+		out = append(out, c)
+	}
+	return out
+}
