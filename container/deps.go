@@ -26,7 +26,14 @@ type ImageStore interface {
 	MountRootfs(ctx context.Context, containerID string) (string, error)
 	UnmountRootfs(ctx context.Context, containerID string) error
 	DeleteRootfs(ctx context.Context, containerID string) error
+	// Image volumes (CRI Mount.image): an image mounted read-only for a
+	// container, bind-mounted into it.
+	MountImageVolume(ctx context.Context, containerID, imageRef string) (string, error)
+	UnmountImageVolumes(ctx context.Context, containerID string) error
+	DeleteImageVolumes(ctx context.Context, containerID string) error
 }
+
+var _ ImageStore = (*imagestore.Store)(nil)
 
 // Pod is what a container needs to know about its sandbox.
 type Pod struct {

@@ -25,6 +25,7 @@ type fakeImages struct {
 	dir     string
 	rootfs  map[string]bool // id -> mounted
 	created map[string]bool
+	volumes map[string][]string // id -> image IDs mounted
 }
 
 func (f *fakeImages) Resolve(ctx context.Context, ref string) (*imagestore.ImageInfo, error) {
@@ -77,6 +78,22 @@ func (f *fakeImages) DeleteRootfs(ctx context.Context, id string) error {
 	}
 	delete(f.created, id)
 	return os.RemoveAll(filepath.Join(f.dir, id))
+}
+
+func (f *fakeImages) MountImageVolume(ctx context.Context, id, imageRef string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.volumes[id] = append(f.volumes[id], imageRef)
+	return filepath.Join(f.dir, "volumes", id, imageRef), nil
+}
+
+func (f *fakeImages) UnmountImageVolumes(ctx context.Context, id string) error { return nil }
+
+func (f *fakeImages) DeleteImageVolumes(ctx context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.volumes, id)
+	return nil
 }
 
 type fakePods struct{ logDir string }
@@ -188,7 +205,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	dir := t.TempDir()
 	e := &env{t: t, sd: systemd.NewFake(), rt: &fakeRuntime{}, logDir: filepath.Join(dir, "logs"), logs: &fakeLogs{reg: map[string]bool{}}}
-	e.imgs = &fakeImages{dir: filepath.Join(dir, "storage"), rootfs: map[string]bool{}, created: map[string]bool{}}
+	e.imgs = &fakeImages{dir: filepath.Join(dir, "storage"), rootfs: map[string]bool{}, created: map[string]bool{}, volumes: map[string][]string{}}
 	e.opts = Options{
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"), Self: "/usr/bin/podunit",
 		Caps: unitprops.Caps{SystemdVersion: 252}, StopMargin: time.Second,

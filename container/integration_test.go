@@ -241,6 +241,12 @@ func (d *dirImages) DeleteRootfs(ctx context.Context, id string) error {
 	return os.RemoveAll(filepath.Join(d.root, id))
 }
 
+func (d *dirImages) MountImageVolume(ctx context.Context, id, imageRef string) (string, error) {
+	return "", fmt.Errorf("image volumes: %w", errdefs.ErrUnimplemented)
+}
+func (d *dirImages) UnmountImageVolumes(ctx context.Context, id string) error { return nil }
+func (d *dirImages) DeleteImageVolumes(ctx context.Context, id string) error  { return nil }
+
 func mounted(p string) bool {
 	for _, line := range mountLines() {
 		if f := strings.Fields(line); len(f) > 4 && f[4] == p {

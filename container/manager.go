@@ -14,6 +14,7 @@ import (
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/statefile"
 	"github.com/podunit/podunit/systemd"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -221,6 +222,14 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 	undo = append(undo, func(ctx context.Context) error { return m.imgs.UnmountRootfs(ctx, id) })
 	undo = append(undo, func(context.Context) error { return os.RemoveAll(m.runDir(id)) })
 
+	// The record keeps its own copy of the config: image volume mounts get
+	// their host path and image ID filled in.
+	cfg = proto.Clone(cfg).(*runtimeapi.ContainerConfig)
+	if err := m.mountImageVolumes(ctx, id, cfg); err != nil {
+		return "", err
+	}
+	undo = append(undo, func(ctx context.Context) error { return m.imgs.DeleteImageVolumes(ctx, id) })
+
 	unit := unitName(id)
 	spec, user, err := m.buildSpec(specRequest{
 		id: id, cfg: cfg, sandboxCfg: sandboxCfg, pod: pod, img: img, rootfs: rootfs,
@@ -267,6 +276,32 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 	m.mu.Unlock()
 	log.Debug("container created", "unit", unit)
 	return id, nil
+}
+
+// mountImageVolumes mounts the image of every CRI mount that names one
+// (KEP-4639 image volumes) and points the mount at it; the mount's image
+// spec gets the image ID as image_ref, which ContainerStatus reports.
+func (m *Manager) mountImageVolumes(ctx context.Context, id string, cfg *runtimeapi.ContainerConfig) error {
+	for _, mnt := range cfg.GetMounts() {
+		if mnt.GetImage().GetImage() == "" {
+			continue
+		}
+		if mnt.GetHostPath() != "" {
+			return fmt.Errorf("mount %s: both host_path and image: %w", mnt.GetContainerPath(), errdefs.ErrInvalid)
+		}
+		img, err := m.imgs.Resolve(ctx, mnt.GetImage().GetImage())
+		if err != nil {
+			return fmt.Errorf("image volume %s: %w", mnt.GetContainerPath(), err)
+		}
+		path, err := m.imgs.MountImageVolume(ctx, id, img.ID)
+		if err != nil {
+			return fmt.Errorf("image volume %s: %w", mnt.GetContainerPath(), err)
+		}
+		mnt.HostPath = path
+		mnt.Readonly = true
+		mnt.Image.ImageRef = img.ID
+	}
+	return nil
 }
 
 // imageRef is the legacy ContainerStatus.image_ref: the repo digest when
@@ -317,6 +352,9 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	}
 	if err := m.imgs.DeleteRootfs(ctx, id); err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)
+	}
+	if err := m.imgs.DeleteImageVolumes(ctx, id); err != nil {
+		return fmt.Errorf("remove container %s: image volumes: %w", id, err)
 	}
 	if err := os.RemoveAll(m.runDir(id)); err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)

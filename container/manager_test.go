@@ -153,6 +153,39 @@ func TestCreateValidation(t *testing.T) {
 	e.create("pod1", "x")
 }
 
+func TestImageVolume(t *testing.T) {
+	e := newEnv(t)
+	cfg := containerConfig("iv")
+	cfg.Mounts = []*runtimeapi.Mount{{ContainerPath: "/mnt/img", Image: &runtimeapi.ImageSpec{Image: "busybox"}}}
+	id, err := e.m.Create(ctx, "pod1", cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Mounts[0].HostPath != "" {
+		t.Error("the caller's config was modified")
+	}
+	st := e.status(id)
+	mnt := st.Mounts[0]
+	if mnt.GetImage().GetImageRef() != "aaaa" || !mnt.Readonly || mnt.HostPath != filepath.Join(e.imgs.dir, "volumes", id, "aaaa") {
+		t.Errorf("status mount %v", mnt)
+	}
+	spec, _ := os.ReadFile(filepath.Join(e.opts.RunDir, id, "bundle", "config.json"))
+	if !strings.Contains(string(spec), `"destination":"/mnt/img"`) {
+		t.Errorf("image volume not in the spec")
+	}
+	if err := e.m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if len(e.imgs.volumes) != 0 {
+		t.Errorf("image volumes left: %v", e.imgs.volumes)
+	}
+	cfg.Mounts[0].HostPath = "/tmp"
+	if _, err := e.m.Create(ctx, "pod1", cfg, nil); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("host_path and image: %v", err)
+	}
+	e.assertClean()
+}
+
 func TestCreateRollsBackOnSpecError(t *testing.T) {
 	e := newEnv(t)
 	cfg := containerConfig("x")

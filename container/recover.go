@@ -123,6 +123,9 @@ func (m *Manager) removeOrphan(ctx context.Context, id string) error {
 	if err := m.imgs.DeleteRootfs(ctx, id); err != nil {
 		return fmt.Errorf("orphan container %s: %w", id, err)
 	}
+	if err := m.imgs.DeleteImageVolumes(ctx, id); err != nil {
+		return fmt.Errorf("orphan container %s: %w", id, err)
+	}
 	if err := os.RemoveAll(m.runDir(id)); err != nil {
 		return err
 	}

@@ -38,6 +38,12 @@ func (i ctrTestImages) DeleteRootfs(ctx context.Context, id string) error {
 	return os.RemoveAll(filepath.Join(i.dir, id))
 }
 
+func (i ctrTestImages) MountImageVolume(ctx context.Context, id, ref string) (string, error) {
+	return "", errdefs.ErrUnimplemented
+}
+func (i ctrTestImages) UnmountImageVolumes(ctx context.Context, id string) error { return nil }
+func (i ctrTestImages) DeleteImageVolumes(ctx context.Context, id string) error  { return nil }
+
 type ctrTestRuntime struct{}
 
 func (ctrTestRuntime) Name() string                                            { return "runc" }
