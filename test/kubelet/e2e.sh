@@ -89,7 +89,8 @@ cleanup() {
 	fi
 	exit "$rc"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 # ------------------------------------------------------------------ setup ---
 if ! registry_up || ! curl -fsS -o /dev/null "http://$PODUNIT_TEST_REGISTRY/v2/e2e-test-images/nginx/manifests/1.14-2" \

@@ -26,20 +26,26 @@ fail() {
 	FAILED=$((FAILED + 1))
 	FAILED_NAMES="$FAILED_NAMES $1"
 	printf 'FAIL  %s: %s\n' "$1" "$2"
-	echo "  podunit journal since the scenario began (warnings/errors, then the last lines):"
+	# the same warning repeats with each kubelet retry: show each message once
+	echo "  podunit warnings/errors since the scenario began (deduplicated):"
 	journal podunit.service --since "@$SCENARIO_SINCE" | grep -E 'level=(WARN|ERROR)|panic|fatal' |
-		grep -v 'method=\(ContainerStats\|ListContainerStats\|ListPodSandboxStats\|PodSandboxStats\)' |
-		tail -n 15 | sed 's/^/    /'
-	journal podunit.service --since "@$SCENARIO_SINCE" | tail -n 8 | sed 's/^/    | /'
-	echo "  kubelet journal (errors):"
-	journal kubelet.service --since "@$SCENARIO_SINCE" | grep -E ' E[0-9]{4} ' | tail -n 8 | cut -c1-400 | sed 's/^/    /'
+		grep -vE 'method=(ContainerStats|ListContainerStats|ListPodSandboxStats|PodSandboxStats) ' |
+		sed -E 's/^.*level=/level=/; s/duration=[^ ]*//; s/[0-9a-f]{64}/<id>/g' | sort | uniq -c | sort -rn | head -n 6 | sed 's/^/    /'
+	echo "  podunit's last lines:"
+	journal podunit.service --since "@$SCENARIO_SINCE" | tail -n 4 | cut -c1-300 | sed 's/^/    | /'
+	echo "  kubelet errors (deduplicated):"
+	journal kubelet.service --since "@$SCENARIO_SINCE" | grep -E ' E[0-9]{4} ' |
+		sed -E 's/^.* E[0-9]{4} [0-9:.]+ +[0-9]+ //; s/[0-9a-f]{64}/<id>/g' | sort | uniq -c | sort -rn | head -n 5 | cut -c1-500 | sed 's/^/    /'
 }
 
-# check NAME WHY CMD...: pass when CMD succeeds
+# check NAME WHY CMD...: pass when CMD succeeds; returns its verdict
 check() {
 	local name=$1 why=$2
 	shift 2
-	if "$@"; then pass "$name"; else fail "$name" "$why"; fi
+	if "$@"; then pass "$name"; else
+		fail "$name" "$why"
+		return 1
+	fi
 }
 
 # wait_until SECONDS DESC CMD...: poll CMD every second

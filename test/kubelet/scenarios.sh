@@ -8,21 +8,22 @@ add_pod_as() {
 	sed "s/^  name: $1\$/  name: $2/" "$HERE/manifests/$1.yaml" >"$MANIFESTS/$2.yaml"
 }
 
-# at_sandbox_birth DEADLINE CMD...: run CMD the moment podunit starts making a
-# new sandbox (its run dir appears, long before RunPodSandbox returns)
+# at_sandbox_birth SECONDS NAME CMD...: add a late pod named NAME and run CMD
+# the moment podunit starts making its sandbox (the sandbox's run dir
+# appears, long before RunPodSandbox returns)
 at_sandbox_birth() {
-	local t=$1 dir=$D/run/podunit/sandboxes i new
-	shift
-	local before
+	local t=$1 name=$2 dir=$D/run/podunit/sandboxes i new before
+	shift 2
 	before=$(ls "$dir" 2>/dev/null | sort)
-	for ((i = 0; i < t * 20; i++)); do
+	add_pod_as late "$name"
+	for ((i = 0; i < t * 50; i++)); do
 		new=$(comm -13 <(echo "$before") <(ls "$dir" 2>/dev/null | sort) | head -n1)
 		if [[ -n $new ]]; then
 			"$@"
 			log "acted while sandbox $new was being created"
 			return 0
 		fi
-		sleep 0.05
+		sleep 0.02
 	done
 	return 1
 }
@@ -59,11 +60,11 @@ scenario_plumbing() {
 	check kubelet-healthz "the kubelet did not become healthy within 90s" \
 		wait_until 90 "kubelet healthz" curl -fsS "http://127.0.0.1:11248/healthz"
 	check kubelet-runtimeconfig "podunit never served RuntimeConfig to the kubelet" \
-		wait_until 30 RuntimeConfig eval "journalctl -D '$D/run/log/journal' -u podunit.service | grep -q 'method=RuntimeConfig'"
+		wait_until 30 RuntimeConfig eval "journalctl -D '$D/run/log/journal' -u podunit.service | grep 'method=RuntimeConfig' >/dev/null"
 	check kubelet-status "podunit never served Status to the kubelet" \
-		wait_until 30 Status eval "journalctl -D '$D/run/log/journal' -u podunit.service | grep -q 'method=Status'"
+		wait_until 30 Status eval "journalctl -D '$D/run/log/journal' -u podunit.service | grep 'method=Status' >/dev/null"
 	check kubelet-no-runtimeconfig-fallback "the kubelet fell back from RuntimeConfig" \
-		eval "! journalctl -D '$D/run/log/journal' -u kubelet.service | grep -qi 'RuntimeConfig.*\(fail\|unimplemented\|fallback\)'"
+		eval "! journalctl -D '$D/run/log/journal' -u kubelet.service | grep -i 'RuntimeConfig.*\(fail\|unimplemented\|fallback\)' >/dev/null"
 	ensure_pod logs
 	ensure_pod web
 	ensure_pod liveness
@@ -72,7 +73,7 @@ scenario_plumbing() {
 		wait_until 120 "sandbox of logs" eval "[ -n \"\$(ready_sandbox logs)\" ]"
 	local sb parent
 	sb=$(ready_sandbox logs)
-	parent=$(cri inspectp "$sb" | jq -r '.info.config.linux.cgroup_parent // empty')
+	parent=$(cri inspectp "$sb" | jq -r '.info.cgroupParent // .info.config.linux.cgroupParent // empty')
 	check sandbox-kubelet-slice "sandbox cgroup parent '$parent' is not the kubelet's pod slice" \
 		grep -qE '^/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod[0-9a-f_]+\.slice$' <<<"$parent"
 }
@@ -98,10 +99,10 @@ scenario_logs() {
 			eval "! grep -qE ' (stderr [FP] out-|stdout [FP] err-)' '$f'"
 		# what `kubectl logs` asks the kubelet for
 		check "logs-$c-kubelet-containerLogs" "kubelet /containerLogs did not return out-$c and err-$c" \
-			eval "curl -fsSk 'https://127.0.0.1:11250/containerLogs/default/logs-$NODE/$c' | grep -q '^out-$c 1\$'"
+			eval "curl -fsSk 'https://127.0.0.1:11250/containerLogs/default/logs-$NODE/$c' | grep '^out-$c 1\$' >/dev/null"
 	done
 	check logs-journald "no journald entries with CONTAINER_NAME=one" \
-		eval "journalctl -D '$D/run/log/journal' --no-pager CONTAINER_NAME=one | grep -q 'out-one 1'"
+		eval "journalctl -D '$D/run/log/journal' --no-pager CONTAINER_NAME=one | grep 'out-one 1' >/dev/null"
 }
 
 scenario_exec() {
@@ -115,6 +116,11 @@ scenario_exec() {
 	out=$(cri exec "$id" sh -c 'echo stream-$((6*7)); cat /etc/hostname' || true)
 	check exec-stream "crictl exec (streaming) printed '$out'" grep -qx stream-42 <<<"$out"
 	check exec-exitcode "crictl exec -s of 'exit 7' did not fail" eval "! crictl --runtime-endpoint 'unix://$SOCK' exec -s '$id' sh -c 'exit 7' >/dev/null 2>&1"
+	# nginx, httpd and many other images log to /dev/stdout and /dev/stderr
+	# symlinks, i.e. they open() their fd 1/2 again: that works for pipes and
+	# files, and fails with ENXIO when the fd is a socket
+	out=$(cri exec -s "$id" sh -c 'echo reopened-stdout >/dev/stdout && echo reopened-stderr >/dev/stderr && echo ok' 2>&1 || true)
+	check exec-reopen-stdio "a container cannot open its own /dev/stdout or /dev/stderr: '$(tr '\n' ' ' <<<"$out")' (fds: $(cri exec -s "$id" ls -l /proc/1/fd/ | awk '{print $9, $10, $11}' | tr '\n' ' '))" grep -qx ok <<<"$out"
 	# the kubelet's own /run endpoint (ExecSync through the kubelet)
 	out=$(curl -fsSk -XPOST "https://127.0.0.1:11250/run/default/logs-$NODE/one?cmd=echo+via-kubelet" || true)
 	check exec-kubelet-run "kubelet /run returned '$out'" grep -qx via-kubelet <<<"$out"
@@ -137,7 +143,8 @@ scenario_liveness() {
 scenario_readiness() {
 	scenario_start
 	ensure_pod web
-	check readiness-ready "nginx never became Ready (httpGet readiness probe)" wait_until 120 "web ready" is_ready web nginx
+	check readiness-ready "nginx never became Ready (httpGet readiness probe)" wait_until 120 "web ready" is_ready web nginx ||
+		log "nginx's log: $(tail -n 3 "$(ls -v "$PODLOGS"/default_web-"$NODE"_*/nginx/*.log | tail -n1)")"
 	local ip
 	ip=$(kpod web | jq -r '.status.podIP // empty')
 	check readiness-podip "pod IP '$ip' not in 10.215.0.0/16" grep -qE '^10\.215\.' <<<"$ip"
@@ -156,31 +163,50 @@ scenario_crashloop() {
 	local id codes
 	codes=$(for id in $(ctrs crash crasher | awk '$3 == "CONTAINER_EXITED" {print $1}'); do cri inspect "$id" | jq -r .status.exitCode; done | sort -u | paste -sd,)
 	check crashloop-cri-exitcodes "exit codes of exited attempts are '$codes', not 3" test "$codes" = 3
-	check crashloop-log "attempt 1's log lacks 'stdout F crashing' / 'stderr F going down'" \
-		eval "grep -q ' stdout F crashing\$' $PODLOGS/default_crash-${NODE}_*/crasher/1.log && grep -q ' stderr F going down\$' $PODLOGS/default_crash-${NODE}_*/crasher/1.log"
+	# the kubelet keeps only the newest dead attempt, and its log file
+	local last
+	last=$(ls -v "$PODLOGS"/default_crash-"$NODE"_*/crasher/*.log 2>/dev/null | tail -n1)
+	check crashloop-log "the newest attempt's log '$last' lacks 'stdout F crashing' / 'stderr F going down'" \
+		eval "grep -q ' stdout F crashing\$' '$last' && grep -q ' stderr F going down\$' '$last'"
 	log "crash: restartCount=$(restart_count crash crasher) attempts: $(ctrs crash crasher | awk '{print $2}' | paste -sd,)"
 }
 
-stable_snapshot() { snapshot | grep -Ff <( (running_ctr logs one; running_ctr logs two; running_ctr web nginx) | grep .); }
-restart_counts() { echo "$(restart_count logs one) $(restart_count logs two) $(restart_count web nginx)"; }
+# STABLE: "pod container" pairs that must survive a podunit kill or a bus
+# restart untouched: the logs pod, and nginx when it is up (it has its own check)
+STABLE=()
+pick_stable() {
+	STABLE=("logs one" "logs two")
+	if wait_until 30 "web ready" is_ready web nginx; then STABLE+=("web nginx"); fi
+}
+stable_snapshot() {
+	local pc ids=""
+	for pc in "${STABLE[@]}"; do ids="$ids$(running_ctr $pc)"$'\n'; done
+	snapshot | grep -Ff <(grep . <<<"$ids")
+}
+restart_counts() {
+	local pc
+	for pc in "${STABLE[@]}"; do printf '%s ' "$(restart_count $pc)"; done
+}
 
 scenario_kill() {
 	scenario_start
 	ensure_pod logs
 	ensure_pod web
-	wait_until 120 "web ready" is_ready web nginx || true
+	wait_until 120 "logs running" eval 'pod_running logs one && pod_running logs two' || true
+	pick_stable
 	local before after rcb rca
 	before=$(stable_snapshot)
 	rcb=$(restart_counts)
-	[[ $(wc -l <<<"$before") == 3 ]] || { fail kill-setup "expected 3 running containers, have: $before"; return; }
+	[[ $(grep -c . <<<"$before") == "${#STABLE[@]}" ]] || { fail kill-setup "expected ${#STABLE[@]} running containers (${STABLE[*]}), have: $before"; return; }
+	log "kill: watching ${STABLE[*]}"
 	check kill-podunit-back "podunit did not come back after SIGKILL" kill_podunit
 	sleep 20 # several PLEG relists and pod syncs of the kubelet
 	after=$(stable_snapshot)
 	rca=$(restart_counts)
 	check kill-containers-untouched "containers changed across the podunit kill: before=[$before] after=[$after]" test "$before" = "$after"
 	check kill-restartcounts "kubelet restart counts changed: $rcb -> $rca" test "$rcb" = "$rca"
-	check kill-kubelet-sees-running "the kubelet does not see logs/web running and ready after the kill" \
-		wait_until 30 "kubelet view" eval 'is_running logs one && is_running logs two && is_ready web nginx'
+	check kill-kubelet-sees-running "the kubelet does not see the logs containers running after the kill" \
+		wait_until 30 "kubelet view" eval 'is_running logs one && is_running logs two'
 	add_pod_as late late-kill
 	check kill-new-pod "a pod added after the kill did not start within 90s" wait_until 90 "late-kill running" pod_running late-kill blinker
 	check kill-consistent "orphan units or pins after the kill (see log above)" consistent
@@ -188,8 +214,9 @@ scenario_kill() {
 
 scenario_killcreate() {
 	scenario_start
-	add_pod_as late late-kc
-	if ! at_sandbox_birth 60 hx kill -9 "$(podunit_pid)"; then
+	local pid
+	pid=$(podunit_pid)
+	if ! at_sandbox_birth 60 late-kc hx kill -9 "$pid"; then
 		fail killcreate-timing "no sandbox creation for late-kc seen within 60s"
 		return
 	fi
@@ -206,7 +233,8 @@ scenario_dbus() {
 	scenario_start
 	ensure_pod logs
 	ensure_pod web
-	wait_until 120 "web ready" is_ready web nginx || true
+	wait_until 120 "logs running" eval 'pod_running logs one && pod_running logs two' || true
+	pick_stable
 	local before after
 	before=$(stable_snapshot)
 	hx systemctl restart dbus.service
@@ -221,8 +249,7 @@ scenario_dbus() {
 	after=$(stable_snapshot)
 	check dbus-containers-untouched "containers changed across the bus restart: before=[$before] after=[$after]" test "$before" = "$after"
 	# and once more while a sandbox is being created
-	add_pod_as late late-bus2
-	at_sandbox_birth 60 hx systemctl restart dbus.service || true
+	at_sandbox_birth 60 late-bus2 hx systemctl restart dbus.service || true
 	check dbus-mid-create "late-bus2 did not run within 120s after a bus restart during its creation" \
 		wait_until 120 "late-bus2 running" pod_running late-bus2 blinker
 	check dbus-consistent "orphan units or pins after the bus restarts" consistent
