@@ -333,6 +333,23 @@ func (ie *inside) lifecycle(ctx context.Context, t *testing.T) {
 	if !strings.Contains(string(cg), systemd.SlicePath(itestSlice)+"/"+unit+"/container") {
 		t.Errorf("container init cgroups:\n%s", cg)
 	}
+	// The log relay lives in the unit and is small.
+	if b, err := os.ReadFile(filepath.Join(ie.opts.RunDir, id, "pid.relay")); err != nil {
+		t.Errorf("relay pid: %v", err)
+	} else {
+		for _, rp := range strings.Fields(string(b)) {
+			rcg, _ := os.ReadFile("/proc/" + rp + "/cgroup")
+			if !strings.Contains(string(rcg), unit) {
+				t.Errorf("relay %s outside the unit:\n%s", rp, rcg)
+			}
+			status, _ := os.ReadFile("/proc/" + rp + "/status")
+			for _, l := range strings.Split(string(status), "\n") {
+				if strings.HasPrefix(l, "Name:") || strings.HasPrefix(l, "VmRSS:") {
+					t.Logf("log relay %s %s", rp, strings.Join(strings.Fields(l), " "))
+				}
+			}
+		}
+	}
 	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 	if strings.TrimSpace(string(comm)) != "sh" {
 		t.Errorf("main pid %d is %q, not the container's sh", pid, comm)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,14 +25,20 @@ import (
 // touching it, and it ends by itself when the container's last writer is
 // gone (EOF on both pipes).
 
-// relayFlag marks the re-executed relay child; its fds 3..6 are
-// stdout-pipe, stdout-stream, stderr-pipe, stderr-stream.
+// relayFlag marks the re-executed relay child (a fallback when no cat(1)
+// is installed); its fds 3..6 are stdout-pipe, stdout-stream, stderr-pipe,
+// stderr-stream.
 const relayFlag = "--relay-child"
 
-// StartRelay connects two journald streams, starts the relay child and
-// makes fds 1 and 2 of this process the pipes' write ends. pidFile, if
-// set, receives the relay's PID (the exit recorder waits for it to drain).
+// StartRelay connects two journald streams, starts the relays and makes
+// fds 1 and 2 of this process the pipes' write ends. pidFile, if set,
+// receives the relays' PIDs (the exit recorder waits for them to drain).
 // When journald cannot be reached the inherited stdout/stderr stay.
+//
+// Each stream is relayed by cat(1): stdin the pipe, stdout the socket. It
+// is about 1 MB of memory per stream; re-executing podunit itself costs
+// over 20 MB (every package's init runs), which per container would match
+// the shims this design does without.
 func StartRelay(o Options, pidFile string, warn io.Writer) error {
 	outSock, err := Connect(o.Socket, o.Identifier, o.Unit, PriorityStdout)
 	if err != nil {
@@ -51,26 +58,41 @@ func StartRelay(o Options, pidFile string, warn io.Writer) error {
 	if err := unix.Pipe2(errP[:], unix.O_CLOEXEC); err != nil {
 		return fmt.Errorf("pipe: %w", err)
 	}
-	files := []*os.File{
-		os.NewFile(uintptr(outP[0]), "stdout-pipe"), os.NewFile(uintptr(outSock), "stdout-stream"),
-		os.NewFile(uintptr(errP[0]), "stderr-pipe"), os.NewFile(uintptr(errSock), "stderr-stream"),
+	pairs := [][2]*os.File{
+		{os.NewFile(uintptr(outP[0]), "stdout-pipe"), os.NewFile(uintptr(outSock), "stdout-stream")},
+		{os.NewFile(uintptr(errP[0]), "stderr-pipe"), os.NewFile(uintptr(errSock), "stderr-stream")},
 	}
-	cmd := exec.Command("/proc/self/exe", "_stdio", relayFlag)
-	cmd.Args[0] = os.Args[0]
-	cmd.ExtraFiles = files
-	// The relay must not get SIGHUP/SIGINT meant for a terminal session.
-	cmd.SysProcAttr = &unix.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start log relay: %w", err)
+	var cmds []*exec.Cmd
+	if cat, err := exec.LookPath("cat"); err == nil {
+		for _, p := range pairs {
+			cmd := exec.Command(cat)
+			cmd.Stdin, cmd.Stdout = p[0], p[1]
+			cmds = append(cmds, cmd)
+		}
+	} else {
+		cmd := exec.Command("/proc/self/exe", "_stdio", relayFlag)
+		cmd.Args[0] = os.Args[0]
+		cmd.ExtraFiles = []*os.File{pairs[0][0], pairs[0][1], pairs[1][0], pairs[1][1]}
+		cmds = append(cmds, cmd)
 	}
-	for _, f := range files {
-		f.Close()
+	var pids []string
+	for _, cmd := range cmds {
+		// Not in the terminal's session: no SIGHUP/SIGINT meant for it.
+		cmd.SysProcAttr = &unix.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			return fmt.Errorf("start log relay: %w", err)
+		}
+		pids = append(pids, strconv.Itoa(cmd.Process.Pid))
+		// They outlive this wrapper and are re-parented to systemd.
+		_ = cmd.Process.Release()
+	}
+	for _, p := range pairs {
+		p[0].Close()
+		p[1].Close()
 	}
 	if pidFile != "" {
-		_ = os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+		_ = os.WriteFile(pidFile, []byte(strings.Join(pids, " ")), 0o644)
 	}
-	// Let it go: it outlives this wrapper and is re-parented to systemd.
-	_ = cmd.Process.Release()
 	if err := unix.Dup3(outP[1], 1, 0); err != nil {
 		return fmt.Errorf("dup stdout: %w", err)
 	}
@@ -87,7 +109,7 @@ func isRelay(args []string) bool { return len(args) == 1 && args[0] == relayFlag
 
 // relayMain copies both pipes into their streams until both writers are gone.
 func relayMain() int {
-	debug.SetGCPercent(20) // an idle relay per container: keep it small
+	debug.SetGCPercent(20)
 	var wg sync.WaitGroup
 	for _, fds := range [][2]int{{3, 4}, {5, 6}} {
 		wg.Add(1)
@@ -155,21 +177,28 @@ func WaitRelay(pidFile string, d time.Duration) bool {
 	if err != nil {
 		return true
 	}
-	pid, err := strconv.Atoi(string(b))
-	if err != nil || pid <= 0 {
-		return true
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
 	}
 	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if _, alive := parentOf(pid); !alive {
+	for {
+		running := false
+		for _, pid := range pids {
+			if _, alive := parentOf(pid); alive && state(pid) != 'Z' {
+				running = true
+			}
+		}
+		if !running {
 			return true
 		}
-		if state(pid) == 'Z' {
-			return true
+		if time.Now().After(deadline) {
+			return false
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	return false
 }
 
 // state is the process state letter from /proc/PID/stat ('Z' for zombie).
