@@ -218,7 +218,11 @@ done
 	else echo "cgroup=v1 (legacy)"; fi
 	echo "os=$(. /etc/os-release && echo "$PRETTY_NAME")"
 	echo "harness_systemd=$(hx systemctl --version | head -1)"
-	echo "podunit=$(git -C "$REPO" rev-parse --short HEAD)$(git -C "$REPO" diff --quiet HEAD -- . ':!docs/benchmarks.md' || echo '+uncommitted changes')"
+	# what the binary was built from (the tree may have moved on since)
+	echo "podunit=$(go version -m "$PODUNIT_BINARY" | awk '$1 == "build" {split($2, kv, "=")}
+		kv[1] == "vcs.revision" {r = substr(kv[2], 1, 7)} kv[1] == "vcs.time" {t = kv[2]}
+		kv[1] == "vcs.modified" && kv[2] == "true" {m = " + uncommitted changes"}
+		END {print r m " (commit time " t ")"}')"
 	echo "containerd=$(containerd --version | awk '{print $3}')"
 	echo "runc=$(runc --version | awk 'NR == 1 {print $3}')"
 	echo "critest=$(critest --version 2>/dev/null | awk '{print $3}')"
@@ -278,7 +282,8 @@ run_figure() { # FIGURE RUNTIME ROUND
 		done
 		[[ ! -d $out/data ]] || bash "$REPO/test/critest/bench-summary.sh" "$out/data" >"$out/summary.txt" 2>&1 || true ;;
 	logs)
-		bash "$BENCH_DIR/logs.sh" -n 1000000 -r 1 -d "$LOGROOT" "$rt=$ep" >"$lg" 2>&1 || fail logs "$rt" "$lg" ;;
+		"$CRIBENCH" cpuwatch -harness "$HNAME" -label "$rt" -- \
+			bash "$BENCH_DIR/logs.sh" -n 1000000 -r 1 -d "$LOGROOT" "$rt=$ep" >"$lg" 2>&1 || fail logs "$rt" "$lg" ;;
 	density)
 		"$CRIBENCH" density -endpoint "$ep" -name "$rt" -counts 1,50,100 -harness "$HNAME" -pid1 "$HPID" \
 			-daemon "$(daemon_comm "$rt")" -out "$RES" >"$lg" 2>&1 || fail density "$rt" "$lg" ;;

@@ -9,6 +9,8 @@
 //	    RunPodSandbox latency, sequential, pods kept until the end.
 //	cribench density -endpoint E -counts 1,50,100 -harness-pid PID -daemon NAME -out FILE
 //	    per-running-container host overhead (see procs.go).
+//	cribench cpuwatch -harness NAME -label L -- COMMAND...
+//	    CPU seconds per process name of the harness while COMMAND runs.
 //	cribench report -results DIR -out docs/benchmarks.md
 //	    renders every result of a `make bench` run (see report.go).
 //
@@ -53,6 +55,8 @@ func main() {
 		err = cmdRunp(os.Args[2:])
 	case "density":
 		err = cmdDensity(os.Args[2:])
+	case "cpuwatch":
+		err = cmdCPUWatch(os.Args[2:])
 	case "idle":
 		err = cmdIdle(os.Args[2:])
 	case "report":

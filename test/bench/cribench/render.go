@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 )
 
@@ -255,6 +256,23 @@ func (r *run) renderLogs(w writer) {
 	}
 	if meds[0] > 0 && meds[1] > 0 {
 		w("\nRatio (lines/s): %s.\n", ratio(meds[0], meds[1]))
+	}
+	w("\nCPU seconds per log run (mean over runs) by process name in the harness, sampled every 100 ms " +
+		"while logs.sh ran (`cribench cpuwatch`; includes the container's own `seq`/`sed`/`cat`):\n\n")
+	w("| runtime | CPU by process |\n|---|---|\n")
+	for _, rt := range runtimes {
+		m, n := r.logCPU[rt], len(r.logs[rt])
+		if len(m) == 0 || n == 0 {
+			w("| %s | not measured |\n", rt)
+			continue
+		}
+		names := sortedKeys(m)
+		sort.Slice(names, func(i, j int) bool { return m[names[i]] > m[names[j]] })
+		var parts []string
+		for _, name := range names[:min(len(names), 8)] {
+			parts = append(parts, fmt.Sprintf("%s %.2f", name, m[name]/float64(n)))
+		}
+		w("| %s | %s |\n", rt, strings.Join(parts, ", "))
 	}
 }
 

@@ -24,6 +24,7 @@ type run struct {
 	scratch map[string][]float64 // critest "start a container from scratch", ms
 	pull    map[string][]float64 // seconds
 	logs    map[string][]logRun
+	logCPU  map[string]map[string]float64 // runtime -> process name -> CPU s, summed over runs
 }
 
 type logRun struct{ linesPerSec, mbPerSec, journaldCPU, hostCPU float64 }
@@ -60,7 +61,8 @@ func cmdReport(args []string) error {
 func loadRun(dir string) (*run, error) {
 	r := &run{dir: dir, machine: map[string]string{}, failures: map[string]string{},
 		critest: map[string]map[string][]float64{}, scratch: map[string][]float64{},
-		pull: map[string][]float64{}, logs: map[string][]logRun{}}
+		pull: map[string][]float64{}, logs: map[string][]logRun{},
+		logCPU: map[string]map[string]float64{}}
 	if err := eachLine(filepath.Join(dir, "machine.env"), func(l string) {
 		if k, v, ok := strings.Cut(l, "="); ok {
 			r.machine[k] = v
@@ -107,6 +109,13 @@ func loadRun(dir string) (*run, error) {
 			_ = eachLine(f, func(l string) {
 				// "NAME run R  X s  L lines/s  M MB/s  host CPU C s  journald CPU J s"
 				f := strings.Fields(l)
+				if len(f) == 4 && f[0] == "cpu" && f[1] == rt {
+					x, _ := strconv.ParseFloat(f[3], 64)
+					if r.logCPU[rt] == nil {
+						r.logCPU[rt] = map[string]float64{}
+					}
+					r.logCPU[rt][f[2]] += x
+				}
 				if len(f) >= 17 && f[0] == rt && f[1] == "run" && f[6] == "lines/s" {
 					num := func(i int) float64 { x, _ := strconv.ParseFloat(f[i], 64); return x }
 					r.logs[rt] = append(r.logs[rt], logRun{num(5), num(7), num(15), num(11)})
