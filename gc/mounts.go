@@ -127,7 +127,17 @@ func (d Dirs) Collect(ctx context.Context, dryRun bool) ([]string, error) {
 	for _, e := range entries {
 		name := e.Name()
 		p := filepath.Join(d.Dir, name)
-		if strings.HasPrefix(name, ".") || d.Known(strings.TrimSuffix(name, ".json")) || young(p, d.MinAge) {
+		if young(p, d.MinAge) {
+			continue
+		}
+		if strings.HasPrefix(name, ".") {
+			// Hidden entries are not records, except the temp files of
+			// a statefile.Write that a crash cut short: nothing renames
+			// them any more.
+			if !isStateTemp(name) {
+				continue
+			}
+		} else if d.Known(strings.TrimSuffix(name, ".json")) {
 			continue
 		}
 		out = append(out, p)
@@ -138,6 +148,12 @@ func (d Dirs) Collect(ctx context.Context, dryRun bool) ([]string, error) {
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// isStateTemp matches statefile.Write's temp names, "."+base+".tmp-"+random.
+func isStateTemp(name string) bool {
+	i := strings.Index(name, ".tmp-")
+	return i > 1 && name[0] == '.'
 }
 
 // young reports whether p changed within age (a missing p is not young).
