@@ -1,0 +1,613 @@
+//go:build integration
+
+// Package integration holds cross-cutting integration tests: podunit as a
+// whole, booted in test/harness and driven over CRI. This file has what the
+// fault, churn, load, malformed-request and security tests share: an
+// environment with an image, pod and container builders, and the checker
+// of podunit's "nothing without an owner" invariants.
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/podunit/podunit/test/harness"
+	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// TestImage is the image every test container runs: busybox from the
+// local test registry (test/critest/images.sh), reached through the
+// registries.conf of the critest kit.
+const TestImage = "registry.k8s.io/e2e-test-images/busybox:1.29-2"
+
+const testRegistry = "127.0.0.1:5000"
+
+// Long reports whether the long variants were asked for (PODUNIT_LONG=1).
+func Long() bool { return os.Getenv("PODUNIT_LONG") == "1" }
+
+// Env is one harness with podunit running in it, the test image pulled.
+type Env struct {
+	T testing.TB
+	H *harness.Harness
+	P *harness.Podunit
+	// SystemdPID is the host PID of the harness' systemd (PID 1 inside).
+	SystemdPID int
+	regStop    func()
+	// pid is podunit's host PID, looked up once per start: scanning /proc
+	// at kill time would move the kill by tens of milliseconds.
+	pid int
+}
+
+// StartEnv boots a harness with its own network namespace, makes the test
+// registry reachable on its 127.0.0.1:5000, starts podunit and pulls
+// TestImage. The harness' own netns keeps the test CNI bridge and its
+// iptables rules off the host, so the tests can run beside critest.
+func StartEnv(t testing.TB) *Env {
+	t.Helper()
+	ensureRegistry(t)
+	h := harness.Start(t, harness.Options{})
+	e := &Env{T: t, H: h}
+	b, err := os.ReadFile(filepath.Join(h.Dir, "systemd.pid"))
+	if err != nil {
+		t.Fatalf("harness systemd pid: %v", err)
+	}
+	if e.SystemdPID, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
+		t.Fatalf("harness systemd pid %q: %v", b, err)
+	}
+	stop, err := forwardIntoNetns(e.SystemdPID, testRegistry, testRegistry)
+	if err != nil {
+		t.Fatalf("registry forwarder: %v", err)
+	}
+	e.regStop = stop
+	t.Cleanup(stop)
+	e.P = h.StartPodunit(h.TestConfig())
+	e.pid = e.PodunitPID()
+	ctx := harness.Context(t, 2*time.Minute)
+	if _, err := e.P.Image.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: TestImage}}); err != nil {
+		t.Fatalf("pull %s: %v", TestImage, err)
+	}
+	return e
+}
+
+// Restart starts podunit again after it was killed or stopped.
+func (e *Env) Restart() {
+	e.T.Helper()
+	if err := e.H.WaitUnitGone(harness.UnitName, 30*time.Second); err != nil {
+		e.T.Fatal(err)
+	}
+	e.P = e.H.StartPodunit(e.H.TestConfig())
+	e.pid = e.PodunitPID()
+}
+
+// PodunitPID is the host PID of podunit's main process, 0 if none.
+func (e *Env) PodunitPID() int {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cgroup")
+	bin := harness.Binary(e.T)
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, []byte("/"+e.H.Name+"/")) || !bytes.Contains(b, []byte("/"+harness.UnitName+"\n")) {
+			continue
+		}
+		dir := filepath.Dir(p)
+		cmd, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
+		argv := strings.Split(string(cmd), "\x00")
+		if len(argv) > 1 && argv[0] == bin && argv[1] == "serve" {
+			pid, _ := strconv.Atoi(filepath.Base(dir))
+			return pid
+		}
+	}
+	return 0
+}
+
+// KillPodunit SIGKILLs podunit's main process from the host (no D-Bus or
+// harness exec in between, so the moment is precise).
+func (e *Env) KillPodunit() error {
+	if e.pid == 0 {
+		return fmt.Errorf("podunit has no main process")
+	}
+	return unix.Kill(e.pid, unix.SIGKILL)
+}
+
+// RSS is podunit's resident set size in KiB.
+func (e *Env) RSS() int {
+	pid := e.PodunitPID()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			n, _ := strconv.Atoi(f[1])
+			return n
+		}
+	}
+	return 0
+}
+
+// PID1CPU is the CPU time the harness' systemd has used so far.
+func (e *Env) PID1CPU() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", e.SystemdPID))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+2:]))
+	// fields after the command: state is [0], utime [11], stime [12]
+	ut, _ := strconv.Atoi(f[11])
+	st, _ := strconv.Atoi(f[12])
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+}
+
+// Inside maps a path inside the harness to the host through its
+// systemd's root (the harness' mount namespace).
+func (e *Env) Inside(p string) string {
+	return fmt.Sprintf("/proc/%d/root%s", e.SystemdPID, p)
+}
+
+// PodConfig is a pod in the harness' CNI network with a log directory.
+func PodConfig(name string) *runtimeapi.PodSandboxConfig {
+	return &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "itest", Uid: "uid-" + name},
+		Hostname:     name,
+		LogDirectory: filepath.Join(harness.PodLogDirInside, "itest_"+name),
+		Labels:       map[string]string{"itest": "1"},
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
+	}
+}
+
+// ContainerConfig runs a shell that exits 0 on SIGTERM at once.
+func ContainerConfig(name string) *runtimeapi.ContainerConfig {
+	return &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: name},
+		Image:    &runtimeapi.ImageSpec{Image: TestImage},
+		Command:  []string{"sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"},
+		LogPath:  name + ".log",
+		Labels:   map[string]string{"itest": "1"},
+	}
+}
+
+// RunContainer runs a pod with one started container and returns both IDs.
+func (e *Env) RunContainer(ctx context.Context, name string) (pod, ctr string, err error) {
+	pc := PodConfig(name)
+	r, err := e.P.Runtime.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pc})
+	if err != nil {
+		return "", "", fmt.Errorf("run pod %s: %w", name, err)
+	}
+	c, err := e.P.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+		PodSandboxId: r.PodSandboxId, Config: ContainerConfig(name), SandboxConfig: pc})
+	if err != nil {
+		return r.PodSandboxId, "", fmt.Errorf("create container in %s: %w", name, err)
+	}
+	if _, err := e.P.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: c.ContainerId}); err != nil {
+		return r.PodSandboxId, c.ContainerId, fmt.Errorf("start container in %s: %w", name, err)
+	}
+	return r.PodSandboxId, c.ContainerId, nil
+}
+
+// RemoveAllPods removes every pod (and with them their containers).
+func (e *Env) RemoveAllPods(ctx context.Context) error {
+	l, err := e.P.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return err
+	}
+	for _, p := range l.Items {
+		if _, err := e.P.Runtime.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: p.Id}); err != nil {
+			return fmt.Errorf("stop pod %s: %w", p.Id, err)
+		}
+		if _, err := e.P.Runtime.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: p.Id}); err != nil {
+			return fmt.Errorf("remove pod %s: %w", p.Id, err)
+		}
+	}
+	return nil
+}
+
+// Snapshot is what podunit owns on the node, seen from outside podunit.
+type Snapshot struct {
+	Pods       map[string]runtimeapi.PodSandboxState // CRI view
+	Containers map[string]runtimeapi.ContainerState  // CRI view
+	// Units are podunit-* units systemd has loaded, with their ActiveState.
+	Units map[string]string
+	// Mounts are mount points below /run/podunit and the image store's
+	// container mounts.
+	Mounts []string
+	// CNIIPs are host-local allocations: IP -> owning pod (CNI container ID).
+	CNIIPs map[string]string
+	// StorageContainers are the image store's container IDs.
+	StorageContainers []string
+	// Cgroups are directories below podunit.slice in the systemd hierarchy.
+	Cgroups []string
+	// Records are podunit's state records: "pod/<id>", "ctr/<id>".
+	Records []string
+}
+
+// Take reads the CRI lists and the node's state.
+func (e *Env) Take(ctx context.Context) (*Snapshot, error) {
+	s := &Snapshot{Pods: map[string]runtimeapi.PodSandboxState{}, Containers: map[string]runtimeapi.ContainerState{},
+		Units: map[string]string{}, CNIIPs: map[string]string{}}
+	pl, err := e.P.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("ListPodSandbox: %w", err)
+	}
+	for _, p := range pl.Items {
+		s.Pods[p.Id] = p.State
+	}
+	cl, err := e.P.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("ListContainers: %w", err)
+	}
+	for _, c := range cl.Containers {
+		s.Containers[c.Id] = c.State
+	}
+	return s, e.takeNode(s)
+}
+
+func (e *Env) takeNode(s *Snapshot) error {
+	out, err := e.H.Exec("systemctl", "list-units", "--all", "--plain", "--no-legend", "--full",
+		"podunit-ctr-*", "podunit-pod-*", "podunit.slice")
+	if err != nil {
+		return fmt.Errorf("list units: %v\n%s", err, out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) >= 4 {
+			s.Units[f[0]] = f[2]
+		}
+	}
+	mi, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", e.SystemdPID))
+	if err != nil {
+		return err
+	}
+	for _, l := range strings.Split(string(mi), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 5 {
+			continue
+		}
+		if strings.HasPrefix(f[4], "/run/podunit/") || strings.HasPrefix(f[4], harness.StateDirInside+"/storage/overlay/") {
+			s.Mounts = append(s.Mounts, f[4])
+		}
+	}
+	ipam := e.Inside("/var/lib/cni/networks/podunit-test")
+	if ents, err := os.ReadDir(ipam); err == nil {
+		for _, d := range ents {
+			if net.ParseIP(d.Name()) == nil {
+				continue // last_reserved_ip.0, lock
+			}
+			b, _ := os.ReadFile(filepath.Join(ipam, d.Name()))
+			s.CNIIPs[d.Name()] = strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
+		}
+	}
+	s.StorageContainers = storageContainers(filepath.Join(e.H.StateDir, "storage"))
+	cg := e.Inside("/sys/fs/cgroup/systemd/podunit.slice")
+	if _, err := os.Stat(cg); err != nil {
+		cg = e.Inside("/sys/fs/cgroup/podunit.slice")
+	}
+	_ = filepath.WalkDir(cg, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && p != cg {
+			s.Cgroups = append(s.Cgroups, strings.TrimPrefix(p, cg+"/"))
+		}
+		return nil
+	})
+	if ents, err := os.ReadDir(filepath.Join(e.H.StateDir, "sandboxes")); err == nil {
+		for _, d := range ents {
+			s.Records = append(s.Records, "pod/"+strings.TrimSuffix(d.Name(), ".json"))
+		}
+	}
+	if ents, err := os.ReadDir(filepath.Join(e.H.StateDir, "containers")); err == nil {
+		for _, d := range ents {
+			s.Records = append(s.Records, "ctr/"+d.Name())
+		}
+	}
+	sort.Strings(s.Mounts)
+	return nil
+}
+
+// storageContainers reads the IDs from the image store's containers.json
+// (go.podman.io/storage keeps one per graph driver).
+func storageContainers(root string) []string {
+	files, _ := filepath.Glob(filepath.Join(root, "*-containers", "containers.json"))
+	var ids []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// [{"id":"...", ...}, ...]: only the ids matter here
+		for _, part := range strings.Split(string(b), `"id":"`)[1:] {
+			if i := strings.IndexByte(part, '"'); i > 0 {
+				ids = append(ids, part[:i])
+			}
+		}
+	}
+	return ids
+}
+
+// Violations checks the invariants: every listed container has a unit or a
+// recorded exit; nothing (unit, mount, netns pin, CNI IP, storage
+// container, cgroup, record) exists without a listed owner.
+func (s *Snapshot) Violations() []string {
+	var v []string
+	bad := func(format string, args ...any) { v = append(v, fmt.Sprintf(format, args...)) }
+	pod := func(id string) bool { _, ok := s.Pods[id]; return ok }
+	ctr := func(id string) bool { _, ok := s.Containers[id]; return ok }
+	for id, st := range s.Containers {
+		unit := "podunit-ctr-" + id + ".service"
+		if st == runtimeapi.ContainerState_CONTAINER_RUNNING && s.Units[unit] != "active" {
+			bad("container %s is RUNNING but its unit is %q", short(id), s.Units[unit])
+		}
+		if st == runtimeapi.ContainerState_CONTAINER_UNKNOWN {
+			bad("container %s is UNKNOWN", short(id))
+		}
+	}
+	for u, active := range s.Units {
+		switch {
+		case strings.HasPrefix(u, "podunit-ctr-"):
+			id := strings.TrimSuffix(strings.TrimPrefix(u, "podunit-ctr-"), ".service")
+			if !ctr(id) {
+				bad("unit %s (%s) has no container", u, active)
+			} else if active == "active" && s.Containers[id] != runtimeapi.ContainerState_CONTAINER_RUNNING {
+				bad("unit %s is active but its container is %s", u, s.Containers[id])
+			}
+		case strings.HasPrefix(u, "podunit-pod-"):
+			id := strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(u, "podunit-pod-"), ".slice"), "-init.service")
+			if !pod(id) && active != "inactive" {
+				bad("unit %s (%s) has no pod", u, active)
+			}
+		}
+	}
+	for _, m := range s.Mounts {
+		rel, ok := strings.CutPrefix(m, "/run/podunit/")
+		if !ok {
+			continue // storage mounts are checked by count below
+		}
+		parts := strings.Split(rel, "/")
+		if len(parts) < 2 {
+			bad("mount %s directly in the run dir", m)
+			continue
+		}
+		switch parts[0] {
+		case "netns", "utsns", "ipcns", "pidns", "sandboxes":
+			if !pod(parts[1]) {
+				bad("mount %s has no pod", m)
+			}
+		case "containers":
+			if !ctr(parts[1]) {
+				bad("mount %s has no container", m)
+			}
+		case "storage":
+			// the image store's own run root (overlay layer mounts): checked below
+		default:
+			bad("mount %s is not one podunit should have", m)
+		}
+	}
+	var overlays int
+	for _, m := range s.Mounts {
+		if strings.HasSuffix(m, "/merged") {
+			overlays++
+		}
+	}
+	if overlays > len(s.Containers) {
+		bad("%d overlay rootfs mounts for %d containers: %q", overlays, len(s.Containers), s.Mounts)
+	}
+	for ip, owner := range s.CNIIPs {
+		if !pod(owner) {
+			bad("CNI IP %s is allocated to %q, which is no pod", ip, short(owner))
+		}
+	}
+	for _, id := range s.StorageContainers {
+		if !ctr(id) {
+			bad("storage container %s has no container", short(id))
+		}
+	}
+	for _, c := range s.Cgroups {
+		leaf := filepath.Base(c)
+		if id, ok := strings.CutPrefix(leaf, "podunit-pod-"); ok && strings.HasSuffix(leaf, ".slice") {
+			if id = strings.TrimSuffix(id, ".slice"); !pod(id) {
+				bad("cgroup %s has no pod", c)
+			}
+		}
+		if id, ok := strings.CutPrefix(leaf, "podunit-ctr-"); ok {
+			if id = strings.TrimSuffix(id, ".service"); !ctr(id) {
+				bad("cgroup %s has no container", c)
+			}
+		}
+	}
+	for _, r := range s.Records {
+		kind, id, _ := strings.Cut(r, "/")
+		if (kind == "pod" && !pod(id)) || (kind == "ctr" && !ctr(id)) {
+			bad("state record %s has no listed owner", r)
+		}
+	}
+	sort.Strings(v)
+	return v
+}
+
+// Empty lists whatever remains of pods and containers (for leak checks
+// after everything was removed).
+func (s *Snapshot) Empty() []string {
+	var v []string
+	if len(s.Pods)+len(s.Containers) > 0 {
+		v = append(v, fmt.Sprintf("%d pods and %d containers listed", len(s.Pods), len(s.Containers)))
+	}
+	for u, st := range s.Units {
+		if u != "podunit.slice" {
+			v = append(v, "unit "+u+" ("+st+")")
+		}
+	}
+	for _, m := range s.Mounts {
+		if !strings.HasPrefix(m, "/run/podunit/storage") {
+			v = append(v, "mount "+m)
+		}
+	}
+	for ip := range s.CNIIPs {
+		v = append(v, "CNI IP "+ip)
+	}
+	for _, c := range s.StorageContainers {
+		v = append(v, "storage container "+short(c))
+	}
+	for _, c := range s.Cgroups {
+		// podunit-pod.slice is systemd's implicit parent of every
+		// podunit-pod-<id>.slice (a dash nests slices); it is no pod's
+		if c != "podunit-pod.slice" {
+			v = append(v, "cgroup "+c)
+		}
+	}
+	for _, r := range s.Records {
+		v = append(v, "record "+r)
+	}
+	return v
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// CheckInvariants fails the test with every violation found.
+func (e *Env) CheckInvariants(ctx context.Context, what string) *Snapshot {
+	e.T.Helper()
+	s, err := e.Take(ctx)
+	if err != nil {
+		e.T.Fatalf("%s: %v", what, err)
+	}
+	if v := s.Violations(); len(v) > 0 {
+		e.T.Fatalf("%s: invariants violated:\n  %s", what, strings.Join(v, "\n  "))
+	}
+	return s
+}
+
+// registryUp reports whether the test registry answers and holds TestImage.
+func registryUp() bool {
+	c := http1Get("http://" + testRegistry + "/v2/e2e-test-images/busybox/tags/list")
+	return strings.Contains(c, "1.29-2")
+}
+
+func http1Get(url string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "curl", "-fsS", url).Output()
+	if err != nil {
+		return ""
+	}
+	return string(out)
+}
+
+var registryOnce sync.Once
+
+// ensureRegistry starts the local registry and pushes the critest images
+// when they are not there yet (a fresh CI machine runs the integration
+// stage before critest). The registry is left running for critest, which
+// starts it the same way.
+func ensureRegistry(t testing.TB) {
+	t.Helper()
+	registryOnce.Do(func() {
+		if registryUp() {
+			return
+		}
+		repo, err := harness.RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		kit := filepath.Join(repo, "test", "critest")
+		for _, script := range []string{"registry.sh start", "images.sh"} {
+			argv := strings.Fields(script)
+			cmd := exec.Command("bash", append([]string{filepath.Join(kit, argv[0])}, argv[1:]...)...)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Logf("%s: %v\n%s", script, err, tail(out, 30))
+			}
+		}
+	})
+	if !registryUp() {
+		t.Fatalf("the test registry on %s does not serve %s (test/critest/images.sh)", testRegistry, TestImage)
+	}
+}
+
+func tail(b []byte, n int) string {
+	l := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// forwardIntoNetns listens on listen inside the network namespace of pid
+// and relays every connection to target in the host's: the harness gets
+// the host's registry without sharing the host's network.
+func forwardIntoNetns(pid int, listen, target string) (func(), error) {
+	type res struct {
+		l   net.Listener
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		// This thread enters the namespace and is never returned to the
+		// pool (no UnlockOSThread): the runtime then ends it.
+		runtime.LockOSThread()
+		f, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+		if err != nil {
+			ch <- res{err: err}
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- res{err: fmt.Errorf("setns: %w", err)}
+			return
+		}
+		l, err := net.Listen("tcp", listen)
+		ch <- res{l, err}
+	}()
+	r := <-ch
+	if r.err != nil {
+		return nil, r.err
+	}
+	var wg sync.WaitGroup
+	go func() {
+		for {
+			c, err := r.l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				u, err := net.DialTimeout("tcp", target, 5*time.Second)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				go func() { _, _ = io.Copy(u, c); u.(*net.TCPConn).CloseWrite() }()
+				_, _ = io.Copy(c, u)
+			}()
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { r.l.Close() }) }, nil
+}
+
+// lines is a small helper for command output.
+func lines(s string) []string {
+	var out []string
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
