@@ -139,3 +139,16 @@ kubelet-e2e: critest-tools build kubelet
 bench: critest-tools build
 	@source $(KIT)/lib.sh && require_root && ensure_packages containerd
 	@PODUNIT_BINARY=$(BIN) bash $(CURDIR)/test/bench/bench.sh
+
+## ---------------------------------------------------------------- deb ----
+
+# the Debian package from the committed tree (dpkg-buildpackage -us -uc -b in
+# a copy, so nothing lands in this working tree); the .deb and build.log go to
+# DEB_OUT. DEB_FROM=--worktree packages uncommitted changes too. The install
+# test is test/deb (tag integration, part of `make integration`); see
+# docs/packaging.md.
+DEB_OUT ?= /var/tmp/podunit-deb
+DEB_FROM ?=
+.PHONY: deb
+deb:
+	@bash $(CURDIR)/test/deb/build.sh $(DEB_FROM) $(DEB_OUT)
