@@ -39,6 +39,9 @@ func TestDebInstallsAndServes(t *testing.T) {
 		}
 		// someone's `make install`-like copy may be there already; it must
 		// be the same file as before
+		if after.policyRcd != hostBefore.policyRcd {
+			t.Errorf("the host's /usr/sbin/policy-rc.d changed (was there: %v, is: %v)", hostBefore.policyRcd, after.policyRcd)
+		}
 		if after.binarySum != hostBefore.binarySum {
 			t.Errorf("the host's /usr/bin/podunit changed (or appeared) during the test")
 		}
@@ -70,6 +73,12 @@ func TestDebInstallsAndServes(t *testing.T) {
 	if err := os.WriteFile(dropin, []byte(h.TestConfig()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+
+	// Docker-built hosts carry a policy-rc.d that forbids starting services
+	// (exit 101), which would keep postinst from starting the units. The
+	// harness is a booted system: hide it there (a whiteout in the overlay;
+	// the host's file stays, checked at the end).
+	h.MustExec("rm", "-f", "/usr/sbin/policy-rc.d")
 
 	out, err := h.ExecTimeout(3*time.Minute, "dpkg", "-i", deb)
 	t.Logf("dpkg -i inside the harness:\n%s", out)
@@ -105,19 +114,24 @@ func TestDebInstallsAndServes(t *testing.T) {
 				t.Errorf("%s comes from %q, want the packaged /lib/systemd/system/%s", unit, p, unit)
 			}
 		}
-		if en, _ := h.Exec("systemctl", "is-enabled", "podunit.socket"); strings.TrimSpace(en) != "enabled" {
-			t.Errorf("podunit.socket is %q after install, want enabled", strings.TrimSpace(en))
+		for _, unit := range []string{"podunit.socket", "podunit.service"} {
+			if en, _ := h.Exec("systemctl", "is-enabled", unit); strings.TrimSpace(en) != "enabled" {
+				t.Errorf("%s is %q after install, want enabled", unit, strings.TrimSpace(en))
+			}
 		}
 	})
 
 	t.Run("serves", func(t *testing.T) {
-		// postinst started both already unless a policy-rc.d forbids it;
-		// starting again is what an operator does and is a no-op otherwise
-		h.MustExec("systemctl", "start", "podunit.socket", "podunit.service")
+		// postinst started both
 		for _, unit := range []string{"podunit.socket", "podunit.service"} {
 			if st := h.UnitActiveState(unit); st != "active" {
-				t.Fatalf("%s is %q", unit, st)
+				t.Fatalf("%s is %q after dpkg -i", unit, st)
 			}
+		}
+		// an operator's restart through the packaged unit
+		h.MustExec("systemctl", "restart", "podunit.service")
+		if st := h.UnitActiveState("podunit.service"); st != "active" {
+			t.Fatalf("podunit.service is %q after systemctl restart", st)
 		}
 		if typ := strings.TrimSpace(h.MustExec("systemctl", "show", "-p", "Type", "--value", "podunit.service")); typ != "notify" {
 			t.Errorf("podunit.service Type=%s", typ)
@@ -151,12 +165,88 @@ func TestDebInstallsAndServes(t *testing.T) {
 		}
 	})
 
+	// dpkg -i of the package again runs the upgrade path of the maintainer
+	// scripts (prerm upgrade, postinst configure OLDVERSION: restart of
+	// podunit.service); a running container must not notice
+	t.Run("reinstall-keeps-containers", func(t *testing.T) {
+		endpoint := "unix://" + filepath.Join(h.RunDir(), "podunit", "podunit.sock")
+		podJSON := filepath.Join(debDir, "pod.json")
+		ctrJSON := filepath.Join(debDir, "ctr.json")
+		writeJSON(t, podJSON, map[string]any{
+			"metadata":      map[string]any{"name": "debpod", "namespace": "default", "uid": "debpod-uid"},
+			"log_directory": "/var/log/pods/default_debpod_debpod-uid",
+			"linux":         map[string]any{},
+		})
+		writeJSON(t, ctrJSON, map[string]any{
+			"metadata": map[string]any{"name": "sleeper"},
+			"image":    map[string]any{"image": "docker.io/library/busybox:1.37.0"},
+			"command":  []string{"sleep", "3600"},
+			"log_path": "sleeper/0.log",
+			"linux":    map[string]any{},
+		})
+		crictl(t, endpoint, 2*time.Minute, "pull", "docker.io/library/busybox:1.37.0")
+		pod := strings.TrimSpace(crictl(t, endpoint, time.Minute, "runp", podJSON))
+		ctr := strings.TrimSpace(crictl(t, endpoint, time.Minute, "create", pod, ctrJSON, podJSON))
+		crictl(t, endpoint, time.Minute, "start", ctr)
+		unit := "podunit-ctr-" + ctr + ".service"
+		before := unitProps(t, h, unit)
+		podunitBefore := unitProps(t, h, "podunit.service").MainPID
+
+		out, err := h.ExecTimeout(3*time.Minute, "dpkg", "-i", deb)
+		if err != nil {
+			t.Fatalf("dpkg -i (reinstall): %v\n%s", err, out)
+		}
+		if now := unitProps(t, h, "podunit.service").MainPID; now == podunitBefore || now == "0" {
+			t.Fatalf("podunit.service MainPID %s -> %s: the upgrade path did not restart it", podunitBefore, now)
+		}
+		if after := unitProps(t, h, unit); after != before {
+			t.Fatalf("%s changed across the package upgrade:\nbefore %v\nafter  %v", unit, before, after)
+		}
+		if st := crictl(t, endpoint, 30*time.Second, "inspect", "-o", "go-template", "--template", "{{.status.state}}", ctr); strings.TrimSpace(st) != "CONTAINER_RUNNING" {
+			t.Fatalf("container state after the package upgrade: %q", st)
+		}
+		crictl(t, endpoint, time.Minute, "stop", "--timeout", "2", ctr)
+		crictl(t, endpoint, time.Minute, "rm", ctr)
+		crictl(t, endpoint, time.Minute, "stopp", pod)
+		crictl(t, endpoint, time.Minute, "rmp", pod)
+	})
+
+}
+
+type unitState struct{ MainPID, InvocationID, ActiveState, ExecMainStartTimestampMonotonic string }
+
+func unitProps(t *testing.T, h *harness.Harness, unit string) unitState {
+	t.Helper()
+	out := h.MustExec("systemctl", "show", unit, "-p", "MainPID", "-p", "InvocationID", "-p", "ActiveState",
+		"-p", "ExecMainStartTimestampMonotonic")
+	p := map[string]string{}
+	for _, line := range strings.Split(out, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok {
+			p[k] = v
+		}
+	}
+	if p["ActiveState"] != "active" {
+		t.Fatalf("%s is %q", unit, p["ActiveState"])
+	}
+	return unitState{p["MainPID"], p["InvocationID"], p["ActiveState"], p["ExecMainStartTimestampMonotonic"]}
+}
+
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 type dpkgState struct {
 	statusSum    [32]byte
 	podunitKnown bool
 	binarySum    [32]byte // zero when absent
+	policyRcd    bool
 }
 
 func hostDpkgState(t *testing.T) dpkgState {
@@ -170,6 +260,9 @@ func hostDpkgState(t *testing.T) dpkgState {
 	s.podunitKnown = bytes.Contains(status, []byte("\nPackage: podunit\n")) || bytes.HasPrefix(status, []byte("Package: podunit\n"))
 	if _, err := os.Stat("/var/lib/dpkg/info/podunit.list"); err == nil {
 		s.podunitKnown = true
+	}
+	if _, err := os.Stat("/usr/sbin/policy-rc.d"); err == nil {
+		s.policyRcd = true
 	}
 	if b, err := os.ReadFile("/usr/bin/podunit"); err == nil {
 		s.binarySum = sha256.Sum256(b)
