@@ -110,7 +110,7 @@ integration: build
 	PODUNIT_BINARY=$(BIN) go test -tags=$(TAGS),integration -count=1 -p 1 -timeout 30m $$pkgs
 
 critest: critest-tools build
-	@PODUNIT_BINARY=$(BIN) FOCUS='$(FOCUS)' bash $(KIT)/run.sh
+	@PODUNIT_BINARY=$(BIN) FOCUS='$(value FOCUS)' bash $(KIT)/run.sh
 
 clean:
 	rm -rf $(CURDIR)/bin
