@@ -10,7 +10,9 @@
 #   readiness  nginx with an httpGet readiness probe becomes Ready
 #   crashloop  a container exiting 3 with restartPolicy Always: CrashLoopBackOff
 #   kill       SIGKILL podunit while pods run: nothing restarted, kubelet reconnects
-#   killcreate SIGKILL podunit while the kubelet is creating a pod
+#   killcreate SIGKILL podunit while the kubelet is creating a pod (RunPodSandbox)
+#   killstart  SIGKILL podunit while a container unit is being started
+#   killstop   SIGKILL podunit while the kubelet stops a pod (grace period)
 #   dbus       restart dbus-daemon: podunit keeps serving, creating and noticing exits
 #   teardown   removing manifests tears pods down: no units, mounts, pins left
 #   (scenarios after plumbing need the pods of logs/web/liveness/crash; pass
@@ -36,7 +38,7 @@ source "$HERE/lib.sh"
 HARNESS=$REPO/test/harness/podunit-harness.sh
 CNI_DIR=$HERE/cni # its own bridge and subnet: critest may run at the same time
 SUBNET=10.215.0.0/16 # cni/10-kubelet-e2e.conflist
-ALL=(plumbing logs exec liveness readiness crashloop kill killcreate dbus teardown)
+ALL=(plumbing logs exec liveness readiness crashloop kill killcreate killstart killstop dbus teardown)
 SCENARIOS=("$@")
 ((${#SCENARIOS[@]})) || SCENARIOS=("${ALL[@]}")
 

@@ -148,7 +148,12 @@ scenario_readiness() {
 	local ip
 	ip=$(kpod web | jq -r '.status.podIP // empty')
 	check readiness-podip "pod IP '$ip' not in 10.215.0.0/16" grep -qE '^10\.215\.' <<<"$ip"
-	check readiness-curl "GET http://$ip/ from the host failed" curl -fsS --max-time 5 -o /dev/null "http://$ip/"
+	if ! check readiness-curl "GET http://$ip/ from the host failed" curl -fsS --max-time 5 -o /dev/null "http://$ip/"; then
+		# tell "nginx does not serve" from "the pod network does not carry it"
+		log "inside the pod: $(cri exec -s "$(running_ctr web nginx)" wget -qO- http://127.0.0.1/ 2>&1 | head -c 80)"
+		log "host neighbours: $(ip neigh show dev pu-ke2e0 | paste -sd';'); ports on pu-ke2e0: $(bridge link show master pu-ke2e0 2>/dev/null | grep -c .)"
+		log "routes: $(ip route show 10.215.0.0/16 | paste -sd';'); ping: $(ping -c1 -W1 "$ip" >/dev/null 2>&1 && echo ok || echo lost)"
+	fi
 }
 
 scenario_crashloop() {
@@ -229,6 +234,59 @@ scenario_killcreate() {
 	log "late-kc sandboxes: $(sandboxes late-kc | tr '\n' ';')"
 }
 
+ctr_units() { hx systemctl list-units --all --plain --no-legend 'podunit-ctr-*' | awk '{print $1}' | sort; }
+
+scenario_killstart() {
+	scenario_start
+	local pid before new="" i
+	pid=$(podunit_pid)
+	before=$(ctr_units)
+	add_pod_as late late-ks
+	for ((i = 0; i < 1200; i++)); do
+		new=$(comm -13 <(echo "$before") <(ctr_units) | head -n1)
+		[[ -z $new ]] || break
+		sleep 0.05
+	done
+	if [[ -z $new ]]; then
+		fail killstart-timing "no container unit for late-ks appeared within 60s"
+		return
+	fi
+	hx kill -9 "$pid"
+	log "killed podunit while $new was $(hx systemctl show -P ActiveState "$new")"
+	check killstart-podunit-back "podunit did not come back" wait_until 60 "podunit serving again" cri version
+	check killstart-pod-runs "late-ks did not run within 120s after podunit was killed mid-StartContainer" \
+		wait_until 120 "late-ks running" pod_running late-ks blinker
+	check killstart-one-running "late-ks has $(ctrs late-ks blinker | grep -c RUNNING) running containers" \
+		test "$(ctrs late-ks blinker | grep -c RUNNING)" -le 1
+	check killstart-consistent "orphan units or pins after killing podunit mid-start" consistent
+}
+
+scenario_killstop() {
+	scenario_start
+	ensure_pod stubborn
+	if ! wait_until 120 "stubborn running" pod_running stubborn sleeper; then
+		fail killstop-setup "stubborn did not run"
+		return
+	fi
+	local id sb
+	id=$(running_ctr stubborn sleeper)
+	sb=$(ready_sandbox stubborn)
+	remove_pod stubborn
+	# the kubelet sees the manifest go within ~2 s and then waits out the
+	# 8 s grace period of a container that ignores SIGTERM
+	sleep 3
+	log "killing podunit while the kubelet stops stubborn (unit $(hx systemctl show -P ActiveState "podunit-ctr-$id.service"))"
+	hx kill -9 "$(podunit_pid)"
+	check killstop-podunit-back "podunit did not come back" wait_until 60 "podunit serving again" cri version
+	check killstop-container-stopped "stubborn's container still runs 60s after podunit was killed mid-stop" \
+		wait_until 60 "stubborn stopped" eval "[ \"\$(cri inspect $id | jq -r .status.state)\" != CONTAINER_RUNNING ]"
+	check killstop-unit-gone "stubborn's unit is still active" \
+		wait_until 30 "unit inactive" eval "! hx systemctl is-active -q podunit-ctr-$id.service"
+	check killstop-sandbox-stopped "stubborn's sandbox is still ready" \
+		wait_until 60 "sandbox stopped" eval "[ \"\$(cri inspectp $sb | jq -r .status.state)\" != SANDBOX_READY ]"
+	check killstop-consistent "orphan units or pins after killing podunit mid-stop" consistent
+}
+
 scenario_dbus() {
 	scenario_start
 	ensure_pod logs
@@ -257,23 +315,19 @@ scenario_dbus() {
 
 scenario_teardown() {
 	scenario_start
-	local pods p ids uids sb
+	local pods ids
 	pods=$(ls "$MANIFESTS" | sed 's/\.yaml$//')
 	[[ -n $pods ]] || { add_pod logs; wait_until 120 "logs running" pod_running logs one || true; pods=logs; }
-	ids="" uids=""
-	for p in $pods; do
-		uids="$uids $(pod_uid "$p" | tr - _)"
-		ids="$ids $(sandboxes "$p" | awk '{print $1}') $(cri ps -a -o json | jq -r --arg p "$p-$NODE" \
-			'.containers[] | select(.labels["io.kubernetes.pod.name"] == $p) | .id')"
-	done
-	ids=$(tr ' ' '\n' <<<"$ids" | grep . | sort -u)
+	# everything podunit knows now, including pods removed by earlier scenarios
+	# that the kubelet has not garbage-collected yet
+	ids=$( (cri pods -q; cri ps -a -q) | grep . | sort -u)
 	log "removing $(echo $pods): $(wc -l <<<"$ids") sandboxes and containers"
 	rm -f "$MANIFESTS"/*.yaml
 	# the kubelet stops pods at once but removes sandboxes only in its
 	# periodic garbage collection (about once a minute)
 	check teardown-cri-empty "sandboxes/containers still listed 180s after the manifests went" \
 		wait_until 180 "no sandboxes left" eval '[ -z "$(cri pods -q)" ] && [ -z "$(cri ps -a -q)" ]'
-	local units mounts pins files procs slices id
+	local units mounts pins files procs slices
 	units=$(hx systemctl list-units --all --plain --no-legend | awk '{print $1}' | grep -E '^podunit-(ctr|pod)-' || true)
 	check teardown-no-units "units left: $units" test -z "$units"
 	mounts=$(hx cat /proc/self/mountinfo | grep -F -f <(echo "$ids") || true)
@@ -284,10 +338,8 @@ scenario_teardown() {
 	check teardown-no-state "files of removed pods left: $files" test -z "$files"
 	procs=$(hx ps -eo pid,args --no-headers | grep -E 'sleep|nginx|sh -c|catatonit|runc|crun' | grep -v grep || true)
 	check teardown-no-processes "container processes left: $procs" test -z "$procs"
-	slices=""
-	for id in $uids; do
-		slices="$slices$(hx systemctl list-units --all --plain --no-legend "*pod$id.slice" | awk '{print $1}')"
-	done
+	# every pod is gone now: no kubelet pod slice may be left at all
+	slices=$(hx systemctl list-units --all --plain --no-legend 'kubepods-*pod*.slice' | awk '{print $1}' | paste -sd' ')
 	check teardown-no-pod-slices "pod slices left: $slices" test -z "$slices"
 	check teardown-podunit-alive "podunit is not serving after teardown" cri version
 }
