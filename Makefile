@@ -138,7 +138,7 @@ kubelet-e2e: critest-tools build kubelet
 .PHONY: bench
 bench: critest-tools build
 	@source $(KIT)/lib.sh && require_root && ensure_packages containerd
-	@PODUNIT_BINARY=$(BIN) bash $(CURDIR)/test/bench/bench.sh
+	@PODUNIT_BINARY=$(BIN) BENCH_COMMAND="make bench" bash $(CURDIR)/test/bench/bench.sh
 
 ## ---------------------------------------------------------------- deb ----
 

@@ -235,7 +235,7 @@ fail() { # FIGURE RUNTIME LOGFILE
 	local why
 	# the error itself, not a stack line: critest's "Unexpected error occurred",
 	# a crictl error, cribench's message; else the last line
-	why=$({ grep -hoE 'Unexpected error occurred: .*|level=(error|fatal) .*|^cribench: .*|ERROR: .*' "$3" 2>/dev/null || true; } | head -n 1 | cut -c1-200)
+	why=$({ grep -hoE 'Unexpected error occurred: .*|level=(error|fatal) .*|^cribench: .*|ERROR: .*|^E[0-9]{4} [0-9:.]+ +[0-9]+ [a-z_]+\.go:[0-9]+\] .*' "$3" 2>/dev/null || true; } | head -n 1 | cut -c1-200)
 	[[ -n $why ]] || why=$({ grep -v '^\s*$' "$3" 2>/dev/null || true; } | tail -n 1 | cut -c1-200)
 	log "FAILED: $1 on $2: $why (log $3)"
 	printf '%s\t%s\t%s\n' "$1" "$2" "${why:-no output}" >>"$BENCH_OUT/failures.txt"
@@ -340,5 +340,8 @@ profile() {
 }
 if want profile; then profile || log "profiling failed (see $BENCH_OUT)"; fi
 
-"$CRIBENCH" report -results "$BENCH_OUT" -out "$BENCH_DOC" -command "make bench (ROUNDS=$ROUNDS ONLY='$ONLY')"
+cmdline="${BENCH_COMMAND:-bash test/bench/bench.sh} with ROUNDS=$ROUNDS ONLY='$ONLY'"
+[[ ${SKIP_IMAGES:-0} != 1 ]] || cmdline+=" SKIP_IMAGES=1 (registry images already pushed)"
+"$CRIBENCH" report -results "$BENCH_OUT" -out "$BENCH_DOC" -command "$cmdline" \
+	-notes "$BENCH_DIR/analysis.md"
 log "wrote $BENCH_DOC (raw results in $BENCH_OUT)"

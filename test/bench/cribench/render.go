@@ -78,17 +78,17 @@ func (r *run) targets() []goal {
 			v = "**behind**"
 		}
 		out = append(out, goal{"processes besides the containers' own", "= 0", fmt.Sprintf("%d at %d", last.OverheadProcs, last.Count), cs, "–", v})
-		pk := perContainerKiB(pd)
+		pk := perContainerPSSKiB(pd)
 		ck := "–"
 		if len(cd) > 0 {
-			ck = fmt.Sprintf("%.0f KiB", perContainerKiB(cd))
+			ck = fmt.Sprintf("%.0f KiB (%.0f KiB by RSS)", perContainerPSSKiB(cd), perContainerKiB(cd))
 		}
 		v = "met"
 		if pk > 200 {
 			v = "**behind**"
 		}
-		out = append(out, goal{fmt.Sprintf("host memory per running container at %d (see overhead table)", last.Count), "≤ 200 KiB",
-			fmt.Sprintf("%.0f KiB", pk), ck, "–", v})
+		out = append(out, goal{fmt.Sprintf("host memory per running container at %d, helper processes by PSS (see overhead table)", last.Count), "≤ 200 KiB",
+			fmt.Sprintf("%.0f KiB (%.0f KiB by RSS)", pk, perContainerKiB(pd)), ck, "–", v})
 	} else {
 		out = append(out, goal{"processes besides the containers' own", "= 0", r.missing("density", "podunit"), "", "", "not measured"})
 		out = append(out, goal{"host memory per running container", "≤ 200 KiB", r.missing("density", "podunit"), "", "", "not measured"})
@@ -110,11 +110,18 @@ func (r *run) targets() []goal {
 func judge(fig, want string, p, c float64, unit string, ok func(float64) bool, pMissing, cMissing string) goal {
 	t := goal{figure: fig, goal: want, ratio: "–", verdict: "not measured"}
 	t.podunit, t.containerd = pMissing, cMissing
+	num := f1
+	switch unit {
+	case "s":
+		num = func(x float64) string { return fmt.Sprintf("%.3f", x) }
+	case "lines/s":
+		num = func(x float64) string { return fmt.Sprintf("%.0f", x) }
+	}
 	if p > 0 {
-		t.podunit = fmt.Sprintf("%s %s", f1(p), unit)
+		t.podunit = fmt.Sprintf("%s %s", num(p), unit)
 	}
 	if c > 0 {
-		t.containerd = fmt.Sprintf("%s %s", f1(c), unit)
+		t.containerd = fmt.Sprintf("%s %s", num(c), unit)
 	}
 	if p > 0 && c > 0 {
 		t.ratio = ratio(p, c)
@@ -137,6 +144,18 @@ func perContainerKiB(d []DensityPoint) float64 {
 	}
 	b, l := d[0], d[len(d)-1]
 	total := l.OverheadRSS + (l.PID1RSS - b.PID1RSS) + (l.JournaldRSS - b.JournaldRSS) + (l.DBusRSS - b.DBusRSS)
+	return float64(total) / float64(l.Count)
+}
+
+// perContainerPSSKiB is perContainerKiB with the other processes counted by
+// PSS: pages they share (libc, the binary's text) are split among them
+// instead of counted once per process.
+func perContainerPSSKiB(d []DensityPoint) float64 {
+	if len(d) < 2 {
+		return 0
+	}
+	b, l := d[0], d[len(d)-1]
+	total := l.OverheadPSS + (l.PID1RSS - b.PID1RSS) + (l.JournaldRSS - b.JournaldRSS) + (l.DBusRSS - b.DBusRSS)
 	return float64(total) / float64(l.Count)
 }
 
@@ -207,8 +226,9 @@ func (r *run) renderDensity(w writer) {
 		"processes of the harness are read twice 1 s apart (only processes present both times count). " +
 		"*Other processes*: processes that appeared since the 0-container baseline and are not a container's own " +
 		"`sleep` (shims, pause, helpers). RSS is VmRSS (shared pages counted in each process); PSS splits shared pages. " +
-		"Memory per container = (RSS of other processes + growth of systemd PID 1, journald and dbus-daemon RSS) / N.\n\n")
-	w("| runtime | N | other processes | their RSS | their PSS | PID 1 RSS Δ | journald RSS Δ | dbus RSS Δ | memory per container | daemon RSS |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		"Memory per container = (RSS, or PSS, of other processes + growth of systemd PID 1, journald and dbus-daemon RSS) / N; " +
+		"the targets use the PSS figure. The runtime daemon's own RSS is the last column.\n\n")
+	w("| runtime | N | other processes | their RSS | their PSS | PID 1 RSS Δ | journald RSS Δ | dbus RSS Δ | memory per container (RSS / PSS) | daemon RSS |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, rt := range runtimes {
 		d := r.density(rt)
 		if len(d) == 0 {
@@ -219,7 +239,7 @@ func (r *run) renderDensity(w writer) {
 		for _, p := range d {
 			per := "–"
 			if p.Count > 0 {
-				per = fmt.Sprintf("%.0f KiB", perContainerKiB([]DensityPoint{b, p}))
+				per = fmt.Sprintf("%.0f / %.0f KiB", perContainerKiB([]DensityPoint{b, p}), perContainerPSSKiB([]DensityPoint{b, p}))
 			}
 			w("| %s | %d | %d %s | %d KiB | %d KiB | %+d KiB | %+d KiB | %+d KiB | %s | %d KiB |\n", rt, p.Count,
 				p.OverheadProcs, parenComms(p.OverheadComms), p.OverheadRSS, p.OverheadPSS,
