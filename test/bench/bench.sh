@@ -342,6 +342,6 @@ if want profile; then profile || log "profiling failed (see $BENCH_OUT)"; fi
 
 cmdline="${BENCH_COMMAND:-bash test/bench/bench.sh} with ROUNDS=$ROUNDS ONLY='$ONLY'"
 [[ ${SKIP_IMAGES:-0} != 1 ]] || cmdline+=" SKIP_IMAGES=1 (registry images already pushed)"
-"$CRIBENCH" report -results "$BENCH_OUT" -out "$BENCH_DOC" -command "$cmdline" \
-	-notes "$BENCH_DIR/analysis.md"
+(cd "$REPO" && "$CRIBENCH" report -results "$BENCH_OUT" -out "$BENCH_DOC" -command "$cmdline" \
+	-notes test/bench/analysis.md)
 log "wrote $BENCH_DOC (raw results in $BENCH_OUT)"

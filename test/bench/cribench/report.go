@@ -49,11 +49,20 @@ func cmdReport(args []string) error {
 	r.render(&b, *command)
 	if *notes != "" {
 		n, err := os.ReadFile(*notes)
-		if err != nil {
+		if err != nil && !os.IsNotExist(err) {
 			return err
 		}
-		b.WriteString("\n")
-		b.Write(n)
+		// hand-written analysis quotes one run's numbers: it goes under
+		// that run's tables only
+		switch {
+		case err != nil:
+		case strings.Contains(string(n), r.machine["date"]):
+			b.WriteString("\n")
+			b.Write(n)
+		default:
+			fmt.Fprintf(&b, "\n## Analysis\n\n%s holds a hand-written analysis of an earlier run; it quotes that run's "+
+				"numbers, so it is not repeated under this one.\n", *notes)
+		}
 	}
 	return os.WriteFile(*out, []byte(b.String()), 0o644)
 }
