@@ -72,6 +72,11 @@ func (s *Store) Status(ctx context.Context, ref string) (*runtimeapi.Image, map[
 	}
 	info, cfg, err := s.info(ctx, img)
 	if err != nil {
+		// A RemoveImage that won the race deletes the image between the
+		// lookup and reading its config: it is simply gone now.
+		if _, gerr := s.store.Image(img.ID); errors.Is(gerr, storage.ErrImageUnknown) {
+			return nil, nil, storageErr("image "+ref, gerr)
+		}
 		return nil, nil, err
 	}
 	verbose, err := json.Marshal(struct {
@@ -260,7 +265,7 @@ func (s *Store) config(ctx context.Context, id string) (*imageConfig, error) {
 	defer func() { _ = src.Close() }()
 	oci, err := src.OCIConfig(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("reading config of image %s: %w", id, err)
+		return nil, storageErr("reading config of image "+id, err)
 	}
 	cfg := &imageConfig{oci: *oci}
 	if raw, mime, err := src.Manifest(ctx); err == nil && mime == imgspecv1.MediaTypeImageManifest {
