@@ -161,6 +161,10 @@ for s in "${SCENARIOS[@]}"; do
 	declare -F "scenario_$s" >/dev/null || die "unknown scenario $s (known: ${ALL[*]})"
 	log "==== $s"
 	"scenario_$s" || true
+	if [[ -n $ABORT ]]; then
+		fail aborted "$ABORT: the remaining scenarios (after $s) would only time out"
+		break
+	fi
 done
 
 summary="kubelet-e2e: $PASSED passed, $FAILED failed"

@@ -1,6 +1,8 @@
 # lib.sh — helpers for e2e.sh (sourced). Expects D, SOCK, E2E_OUT, HARNESS.
 
 PASSED=0 FAILED=0 FAILED_NAMES="" SCENARIO_SINCE=$(date +%s)
+# set by a scenario when nothing after it can work (no container ever runs)
+ABORT=""
 KUBELET_PODS=http://127.0.0.1:11255/pods
 
 hx() { bash "$HARNESS" exec "$D" "$@"; }
