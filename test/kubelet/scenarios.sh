@@ -104,6 +104,11 @@ scenario_logs() {
 		check "logs-$c-kubelet-containerLogs" "kubelet /containerLogs did not return out-$c and err-$c" \
 			eval "curl -fsSk 'https://127.0.0.1:11250/containerLogs/default/logs-$NODE/$c' | grep '^out-$c 1\$' >/dev/null"
 	done
+	# /stats/summary (kubectl top, eviction): the kubelet combines podunit's
+	# CRI stats with its own cgroup readings
+	check logs-stats-summary "kubelet /stats/summary lacks CPU, memory or log usage for the logs pod's containers" \
+		wait_until 60 "stats" eval "curl -fsSk https://127.0.0.1:11250/stats/summary | jq -e --arg p 'logs-$NODE' \
+			'[.pods[] | select(.podRef.name == \$p) | .containers[] | select(.cpu.usageCoreNanoSeconds > 0 and .memory.workingSetBytes > 0 and .logs.usedBytes > 0)] | length == 2' >/dev/null"
 	check logs-journald "no journald entries with CONTAINER_NAME=one" \
 		eval "journalctl -D '$D/run/log/journal' --no-pager CONTAINER_NAME=one | grep 'out-one 1' >/dev/null"
 }
