@@ -26,6 +26,8 @@ type fakeImages struct {
 	rootfs  map[string]bool // id -> mounted
 	created map[string]bool
 	volumes map[string][]string // id -> image IDs mounted
+	// volumeDirs makes mounted volumes real directories with an etc/.
+	volumeDirs bool
 }
 
 func (f *fakeImages) Resolve(ctx context.Context, ref string) (*imagestore.ImageInfo, error) {
@@ -84,7 +86,13 @@ func (f *fakeImages) MountImageVolume(ctx context.Context, id, imageRef string) 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.volumes[id] = append(f.volumes[id], imageRef)
-	return filepath.Join(f.dir, "volumes", id, imageRef), nil
+	p := filepath.Join(f.dir, "volumes", id, imageRef)
+	if f.volumeDirs {
+		if err := os.MkdirAll(filepath.Join(p, "etc"), 0o755); err != nil {
+			return "", err
+		}
+	}
+	return p, nil
 }
 
 func (f *fakeImages) UnmountImageVolumes(ctx context.Context, id string) error { return nil }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	securejoin "github.com/cyphar/filepath-securejoin"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/statefile"
@@ -289,6 +290,14 @@ func (m *Manager) mountImageVolumes(ctx context.Context, id string, cfg *runtime
 		if mnt.GetHostPath() != "" {
 			return fmt.Errorf("mount %s: both host_path and image: %w", mnt.GetContainerPath(), errdefs.ErrInvalid)
 		}
+		// An image volume is the image itself: never writable (KEP-4639).
+		if !mnt.GetReadonly() {
+			return fmt.Errorf("image volume %s: must be read-only: %w", mnt.GetContainerPath(), errdefs.ErrInvalid)
+		}
+		sub := mnt.GetImageSubPath()
+		if filepath.IsAbs(sub) || hasDotDot(sub) {
+			return fmt.Errorf("image volume %s: sub path %q: %w", mnt.GetContainerPath(), sub, errdefs.ErrInvalid)
+		}
 		img, err := m.imgs.Resolve(ctx, mnt.GetImage().GetImage())
 		if err != nil {
 			return fmt.Errorf("image volume %s: %w", mnt.GetContainerPath(), err)
@@ -297,8 +306,16 @@ func (m *Manager) mountImageVolumes(ctx context.Context, id string, cfg *runtime
 		if err != nil {
 			return fmt.Errorf("image volume %s: %w", mnt.GetContainerPath(), err)
 		}
+		if sub != "" {
+			// Symlinks in the image resolve inside the image, never on the host.
+			if path, err = securejoin.SecureJoin(path, sub); err != nil {
+				return fmt.Errorf("image volume %s: sub path %q: %v: %w", mnt.GetContainerPath(), sub, err, errdefs.ErrInvalid)
+			}
+			if _, err := os.Stat(path); err != nil {
+				return fmt.Errorf("image volume %s: sub path %q does not exist in image %s: %w", mnt.GetContainerPath(), sub, img.ID, errdefs.ErrInvalid)
+			}
+		}
 		mnt.HostPath = path
-		mnt.Readonly = true
 		mnt.Image.ImageRef = img.ID
 	}
 	return nil

@@ -156,7 +156,7 @@ func TestCreateValidation(t *testing.T) {
 func TestImageVolume(t *testing.T) {
 	e := newEnv(t)
 	cfg := containerConfig("iv")
-	cfg.Mounts = []*runtimeapi.Mount{{ContainerPath: "/mnt/img", Image: &runtimeapi.ImageSpec{Image: "busybox"}}}
+	cfg.Mounts = []*runtimeapi.Mount{{ContainerPath: "/mnt/img", Readonly: true, Image: &runtimeapi.ImageSpec{Image: "busybox"}}}
 	id, err := e.m.Create(ctx, "pod1", cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -179,10 +179,35 @@ func TestImageVolume(t *testing.T) {
 	if len(e.imgs.volumes) != 0 {
 		t.Errorf("image volumes left: %v", e.imgs.volumes)
 	}
-	cfg.Mounts[0].HostPath = "/tmp"
-	if _, err := e.m.Create(ctx, "pod1", cfg, nil); !errors.Is(err, errdefs.ErrInvalid) {
-		t.Errorf("host_path and image: %v", err)
+	for name, mut := range map[string]func(m *runtimeapi.Mount){
+		"host_path and image": func(m *runtimeapi.Mount) { m.HostPath = "/tmp" },
+		"writable":            func(m *runtimeapi.Mount) { m.Readonly = false },
+		"missing sub path":    func(m *runtimeapi.Mount) { m.ImageSubPath = "nope" },
+		"sub path escapes":    func(m *runtimeapi.Mount) { m.ImageSubPath = "../x" },
+	} {
+		c := containerConfig("bad")
+		c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/mnt/img", Readonly: true, Image: &runtimeapi.ImageSpec{Image: "busybox"}}}
+		mut(c.Mounts[0])
+		if _, err := e.m.Create(ctx, "pod1", c, nil); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
+	// a sub path that exists in the image
+	os.MkdirAll(filepath.Join(e.imgs.dir, "volumes", "x"), 0o755)
+	c := containerConfig("sub")
+	c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/mnt/img", Readonly: true, ImageSubPath: "etc", Image: &runtimeapi.ImageSpec{Image: "busybox"}}}
+	e.imgs.volumeDirs = true
+	id, err = e.m.Create(ctx, "pod1", c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hp := e.status(id).Mounts[0].HostPath; hp != filepath.Join(e.imgs.dir, "volumes", id, "aaaa", "etc") {
+		t.Errorf("sub path host path %s", hp)
+	}
+	if err := e.m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(filepath.Join(e.imgs.dir, "volumes"))
 	e.assertClean()
 }
 
