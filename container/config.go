@@ -25,7 +25,9 @@ func OptionsFromConfig(cfg *config.Config) (Options, error) {
 		return Options{}, fmt.Errorf("container manager: own executable: %w", err)
 	}
 	caps, host := DetectHost("/sys/fs/cgroup")
+	mountinfo, _ := os.ReadFile("/proc/self/mountinfo")
 	return Options{
+		NoHugetlb:      !DetectHugetlb("/sys/fs/cgroup", string(mountinfo)),
 		StateDir:       filepath.Join(cfg.Paths.StateDir, "containers"),
 		RunDir:         filepath.Join(cfg.Paths.RunDir, "containers"),
 		Self:           self,
@@ -77,6 +79,39 @@ func DetectHost(cgroupRoot string) (unitprops.Caps, oci.Host) {
 		host.Devices = d
 	}
 	return caps, host
+}
+
+// DetectHugetlb reports whether an OCI runtime can apply hugepage limits:
+// on a unified hierarchy when hugetlb is among its controllers, otherwise
+// when a cgroup v1 hierarchy carries it. On v1-hybrid hosts whose hugetlb
+// is bound to the cgroup2 tree, runc (v1 mode) fails every container that
+// has hugepage limits ("cannot set hugetlb limit"); CRI-O and containerd
+// drop the limits there as well.
+func DetectHugetlb(cgroupRoot, mountinfo string) bool {
+	if b, err := os.ReadFile(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil {
+		for _, c := range strings.Fields(string(b)) {
+			if c == "hugetlb" {
+				return true
+			}
+		}
+		return false
+	}
+	for _, line := range strings.Split(mountinfo, "\n") {
+		_, post, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(post)
+		if len(f) < 3 || f[0] != "cgroup" {
+			continue
+		}
+		for _, opt := range strings.Split(f[2], ",") {
+			if opt == "hugetlb" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // systemdVersion asks systemctl ("systemd 252 (252.39-1~deb12u2)").

@@ -98,6 +98,10 @@ type Options struct {
 	Host oci.Host
 	// CgroupRoot is where cgroup hierarchies are mounted (OOM counters).
 	CgroupRoot string
+	// NoHugetlb drops hugepage limits from specs: the runtime has no
+	// hugetlb cgroup to apply them (DetectHugetlb), and the kubelet sends
+	// them for every container.
+	NoHugetlb bool
 	// StartTimeout bounds the start job (runtime create + start).
 	StartTimeout time.Duration
 	// StopMargin is how long past a stop's own timeout the job may take.

@@ -245,6 +245,10 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 	if spec.Process != nil {
 		spec.Process.Terminal = false
 	}
+	if m.opts.NoHugetlb && spec.Linux != nil && spec.Linux.Resources != nil && len(spec.Linux.Resources.HugepageLimits) > 0 {
+		log.Debug("dropping hugepage limits: no hugetlb cgroup for the runtime")
+		spec.Linux.Resources.HugepageLimits = nil
+	}
 	if err := statefile.Write(filepath.Join(m.bundleDir(id), "config.json"), spec); err != nil {
 		return "", fmt.Errorf("create container %q: bundle: %w", cfg.GetMetadata().GetName(), err)
 	}

@@ -555,3 +555,42 @@ func TestRuntimesFromConfig(t *testing.T) {
 		t.Errorf("unknown type: %v", err)
 	}
 }
+
+func TestDetectHugetlb(t *testing.T) {
+	hybrid := "35 25 0:30 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n" +
+		"36 25 0:31 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw,nsdelegate\n" +
+		"37 25 0:32 / /sys/fs/cgroup/hugetlb ro - tmpfs tmpfs ro\n"
+	if DetectHugetlb(t.TempDir(), hybrid) {
+		t.Error("hybrid without a v1 hugetlb hierarchy: usable")
+	}
+	if !DetectHugetlb(t.TempDir(), hybrid+"38 25 0:33 / /sys/fs/cgroup/hugetlb rw - cgroup cgroup rw,hugetlb\n") {
+		t.Error("v1 hugetlb hierarchy not found")
+	}
+	v2 := t.TempDir()
+	os.WriteFile(filepath.Join(v2, "cgroup.controllers"), []byte("cpuset cpu io memory pids\n"), 0o644)
+	if DetectHugetlb(v2, "") {
+		t.Error("v2 without hugetlb: usable")
+	}
+	os.WriteFile(filepath.Join(v2, "cgroup.controllers"), []byte("cpuset cpu io memory hugetlb pids\n"), 0o644)
+	if !DetectHugetlb(v2, "") {
+		t.Error("v2 with hugetlb: not usable")
+	}
+}
+
+func TestHugepageLimitsDropped(t *testing.T) {
+	for _, drop := range []bool{false, true} {
+		e := newEnv(t)
+		e.opts.NoHugetlb = drop
+		e.m = e.newManager()
+		cfg := containerConfig("huge")
+		cfg.Linux.Resources.HugepageLimits = []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 0}}
+		id, err := e.m.Create(ctx, "pod1", cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, _ := os.ReadFile(filepath.Join(e.opts.RunDir, id, "bundle", "config.json"))
+		if strings.Contains(string(spec), "hugepageLimits") == drop {
+			t.Errorf("NoHugetlb=%v: spec %s", drop, spec)
+		}
+	}
+}
