@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -94,11 +95,32 @@ func (j *Journalctl) Follow(ctx context.Context, cursor string) (EntryStream, er
 	}
 	stderr := &limitedBuffer{max: 4096}
 	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
+	exited := make(chan struct{})
+	if err := startPinned(cmd, exited); err != nil {
 		cancel()
 		return nil, fmt.Errorf("start %s: %w: %w", j.path(), errdefs.ErrUnavailable, err)
 	}
-	return &journalStream{cmd: cmd, cancel: cancel, dec: NewExportDecoder(out), stderr: stderr}, nil
+	return &journalStream{cmd: cmd, cancel: cancel, dec: NewExportDecoder(out), stderr: stderr, exited: exited}, nil
+}
+
+// startPinned starts cmd from an OS thread that stays alive until exited
+// is closed. Pdeathsig fires when the forking thread ends, not the
+// process, and Go ends threads: netns.Do's throw-away threads exit
+// locked. A follower forked from a thread that a pod's namespace setup
+// later took over was SIGKILLed (after a restart, at about every fifth
+// RunPodSandbox: "journal follower stopped; restarting").
+func startPinned(cmd *exec.Cmd, exited <-chan struct{}) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		err := cmd.Start()
+		errc <- err
+		if err == nil {
+			<-exited
+		}
+		runtime.UnlockOSThread()
+	}()
+	return <-errc
 }
 
 type journalStream struct {
@@ -108,11 +130,15 @@ type journalStream struct {
 	stderr   *limitedBuffer
 	waitOnce sync.Once
 	waitErr  error
+	exited   chan struct{} // closed once reaped: frees startPinned's thread
 }
 
 // wait reaps journalctl once; Next (on EOF) and Close may both get there.
 func (s *journalStream) wait() error {
-	s.waitOnce.Do(func() { s.waitErr = s.cmd.Wait() })
+	s.waitOnce.Do(func() {
+		s.waitErr = s.cmd.Wait()
+		close(s.exited)
+	})
 	return s.waitErr
 }
 
