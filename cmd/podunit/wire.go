@@ -148,6 +148,10 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	if err := lm.Start(ctx); err != nil {
 		return nil, fmt.Errorf("start log follower: %w", err)
 	}
+	// Log registrations of containers removed while podunit was down.
+	if err := ctrs.PruneLogs(); err != nil {
+		log.Warn("pruning log registrations", "err", err)
+	}
 	// Leftovers of a crash (units, mounts, storage containers, dirs with
 	// no record) go before the CRI serves, when nothing is in flight.
 	startGC := gc.NewRunner(log.With("component", "gc"), collectors(cfg, s, 0)...)
