@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/podunit/podunit/test/harness"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,7 +81,11 @@ func newRig(t *testing.T, flavor Flavor) *rig {
 	}
 	dir := t.TempDir()
 	bb := filepath.Join(dir, "bb")
-	out, err := exec.Command("/work/shared/harness/make-busybox-bundle.sh", bb).CombinedOutput()
+	script, err := harness.BusyboxBundleScript()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(script, bb).CombinedOutput()
 	if err != nil {
 		t.Fatalf("make-busybox-bundle: %v\n%s", err, out)
 	}

@@ -511,8 +511,11 @@ func testRuncJoinsPinnedNamespaces(t *testing.T) {
 	}
 	sb, _ := w.m.Get(ctx, id)
 	bundle := filepath.Join(harness.StateDirInside, "sbtest-oci-bundle")
-	// The shared harness tools are on the host root the harness overlays.
-	const script = "/work/shared/harness/make-busybox-bundle.sh"
+	// The repository is bound at the same path inside the harness.
+	script, err := harness.BusyboxBundleScript()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if out, err := exec.Command(script, bundle, "--",
 		"sh", "-c", "ip -o -4 addr show eth0; hostname; cat /proc/1/cmdline; echo; cat /proc/sys/kernel/shm_rmid_forced").CombinedOutput(); err != nil {
 		t.Fatalf("bundle: %v\n%s", err, out)

@@ -20,9 +20,7 @@ import (
 	"github.com/podunit/podunit/errdefs"
 )
 
-type fakeExec struct {
-	got chan ExecProcess
-}
+type fakeExec struct{}
 
 func (f *fakeExec) Exec(ctx context.Context, t Target, p ExecProcess) (int, error) {
 	if p.Stdout != nil {

@@ -65,7 +65,7 @@ func cmdCPUWatch(args []string) error {
 	label := fs.String("label", "", "first column of every output line")
 	fs.Parse(args)
 	if *harness == "" || fs.NArg() == 0 {
-		return fmt.Errorf("usage: cpuwatch -harness NAME [-label L] -- COMMAND...")
+		return fmt.Errorf("usage: cpuwatch -harness NAME [-label L] -- COMMAND")
 	}
 	first := cpuTicks(*harness)
 	last := map[procKey]struct {
