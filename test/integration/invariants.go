@@ -485,7 +485,21 @@ func (e *Env) CheckInvariants(ctx context.Context, what string) *Snapshot {
 	if err != nil {
 		e.T.Fatalf("%s: %v", what, err)
 	}
-	if v := s.Violations(); len(v) > 0 {
+	v := s.Violations()
+	// an EXITED container's exit is recorded: a finish time and a reason
+	for id, st := range s.Containers {
+		if st != runtimeapi.ContainerState_CONTAINER_EXITED {
+			continue
+		}
+		cs, err := e.P.Runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if err != nil {
+			v = append(v, fmt.Sprintf("container %s: status: %v", short(id), err))
+		} else if cs.GetStatus().GetFinishedAt() == 0 || cs.GetStatus().GetReason() == "" {
+			v = append(v, fmt.Sprintf("container %s is EXITED without a recorded exit: finished %d, reason %q",
+				short(id), cs.GetStatus().GetFinishedAt(), cs.GetStatus().GetReason()))
+		}
+	}
+	if len(v) > 0 {
 		e.T.Fatalf("%s: invariants violated:\n  %s", what, strings.Join(v, "\n  "))
 	}
 	return s
