@@ -65,8 +65,10 @@ func (m *Manager) Running(ctx context.Context) ([]events.Ref, error) {
 	return out, nil
 }
 
-// UnitStopped resolves a container whose unit stopped; first is true only
-// for the call that moved the record from running to exited.
+// UnitStopped resolves a container whose unit stopped. The manager
+// publishes STOPPED itself on the running → exited transition (which
+// CRI calls can make too), so it never asks the translator to: first is
+// always false.
 func (m *Manager) UnitStopped(ctx context.Context, id string, st systemd.UnitState) (bool, error) {
 	c, err := m.get(id)
 	if err != nil {
@@ -78,7 +80,7 @@ func (m *Manager) UnitStopped(ctx context.Context, id string, st systemd.UnitSta
 		return false, nil
 	}
 	m.refreshLocked(ctx, c, st.ActiveState)
-	return c.rec != nil && c.rec.State == StateExited, nil
+	return false, nil
 }
 
 // StreamTarget describes a container for exec and attach.

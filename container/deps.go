@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/podunit/podunit/events"
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/systemd"
@@ -122,6 +123,14 @@ type Deps struct {
 	Runtimes map[string]Runtime
 	// Logs writes CRI log files; nil means none are written (tests).
 	Logs Logs
+	// Events receives the container lifecycle events for the CRI's
+	// GetContainerEvents; nil means none are published.
+	Events Publisher
+}
+
+// Publisher takes container events (events.Hub); it must never block.
+type Publisher interface {
+	Publish(events.Event)
 }
 
 func (o *Options) defaults() {

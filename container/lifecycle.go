@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"os"
 	"time"
 
@@ -108,6 +109,7 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	defer cancel()
 	startErr := m.sd.StartTransientUnit(sctx, r.Unit, props)
 	if startErr == nil {
+		m.publish(runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT, id, r.PodID)
 		return nil
 	}
 	// The unit failed or never started. Wait briefly for ExecStopPost's
@@ -133,6 +135,8 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 			return fmt.Errorf("start container %s: %w", id, err)
 		}
 		c.rec = r
+		m.publish(runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT, id, r.PodID)
+		m.publish(runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, id, r.PodID)
 		return nil
 	}
 	if msg == "" {
@@ -297,6 +301,9 @@ func (m *Manager) refreshLocked(ctx context.Context, c *ctr, active string) {
 		m.opts.Logger.Warn("record container exit", "container", r.ID, "err", err)
 	}
 	c.rec = n
+	// Every running → exited transition passes here (a status read, a
+	// stop, a unit signal, recovery), so STOPPED is published exactly once.
+	m.publish(runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, r.ID, r.PodID)
 }
 
 // flushLog waits, bounded, until the CRI log holds the container's last

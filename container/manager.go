@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/podunit/podunit/events"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,7 +35,8 @@ type Manager struct {
 	imgs ImageStore
 	pods Pods
 	rts  map[string]Runtime
-	logs Logs // may be nil
+	logs Logs      // may be nil
+	evs  Publisher // may be nil
 
 	mu    sync.RWMutex
 	ctrs  map[string]*ctr
@@ -59,7 +61,7 @@ func New(opts Options, deps Deps) (*Manager, error) {
 		}
 	}
 	return &Manager{
-		opts: opts, sd: deps.Systemd, imgs: deps.Images, pods: deps.Pods, rts: deps.Runtimes, logs: deps.Logs,
+		opts: opts, sd: deps.Systemd, imgs: deps.Images, pods: deps.Pods, rts: deps.Runtimes, logs: deps.Logs, evs: deps.Events,
 		ctrs: map[string]*ctr{}, names: map[string]string{},
 	}, nil
 }
@@ -280,6 +282,7 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 	m.ctrs[id] = &ctr{podID: podID, rec: r}
 	m.mu.Unlock()
 	log.Debug("container created", "unit", unit)
+	m.publish(runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT, id, podID)
 	return id, nil
 }
 
@@ -395,5 +398,14 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	}
 	m.mu.Unlock()
 	c.rec = nil
+	m.publish(runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT, id, r.PodID)
 	return nil
+}
+
+// publish sends a lifecycle event; callers hold the container's lock, so
+// a container's events are published in the order they happened.
+func (m *Manager) publish(t runtimeapi.ContainerEventType, id, podID string) {
+	if m.evs != nil {
+		m.evs.Publish(events.NewEvent(t, id, podID))
+	}
 }

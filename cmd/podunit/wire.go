@@ -119,6 +119,11 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	}
 	s.logs = lm
 
+	// The hub exists before the managers: recovery already publishes
+	// exits, which the hub keeps for the kubelet's first subscription.
+	s.hub = events.NewHub(events.HubOptions{})
+	hub := s.hub
+
 	copts, err := container.OptionsFromConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -129,7 +134,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 		return nil, err
 	}
 	ctrs, err := container.New(copts, container.Deps{
-		Systemd: sd, Images: images, Pods: container.SandboxPods(pods), Runtimes: runtimes, Logs: lm,
+		Systemd: sd, Images: images, Pods: container.SandboxPods(pods), Runtimes: runtimes, Logs: lm, Events: hub,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("container manager: %w", err)
@@ -169,7 +174,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	if s.stream, err = startStreaming(cfg, s, storedFDs, log); err != nil {
 		return nil, err
 	}
-	s.hub = startEvents(ctx, s, log)
+	startEvents(ctx, s, s.hub, log)
 	reader, err := stats.Host()
 	if err != nil {
 		return nil, fmt.Errorf("cgroup stats: %w", err)

@@ -106,8 +106,7 @@ func (s *services) journalFields(containerID string) []string {
 
 // startEvents subscribes to systemd's unit signals and translates them to
 // CRI container events.
-func startEvents(ctx context.Context, s *services, log *slog.Logger) *events.Hub {
-	hub := events.NewHub(events.HubOptions{})
+func startEvents(ctx context.Context, s *services, hub *events.Hub, log *slog.Logger) {
 	w := systemd.NewWatcher(systemd.WatchOptions{
 		Match:  func(u string) bool { return strings.HasPrefix(u, container.UnitPrefix) },
 		Logger: log.With("component", "unit-watcher"),
@@ -118,7 +117,6 @@ func startEvents(ctx context.Context, s *services, log *slog.Logger) *events.Hub
 	})
 	go func() { _ = w.Run(ctx) }()
 	go func() { _ = tr.Run(ctx) }()
-	return hub
 }
 
 func statsDeps(s *services, reader *stats.Reader, hub *events.Hub, storageRoot string) cri.StatsDeps {
