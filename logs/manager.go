@@ -420,20 +420,47 @@ func (m *Manager) Reopen(containerID string) error {
 	})
 }
 
+// flushSettle is the pause between two looks at the journal in Flush.
+const flushSettle = 40 * time.Millisecond
+
 // Flush waits until the file holds, durably, every line the journal has
 // for containerID at the time of the call (journald is asked to process
 // its queued stream data first). Call it after the container exited and
 // before reporting it EXITED, so `kubectl logs` of a finished container is
 // complete.
 func (m *Manager) Flush(ctx context.Context, containerID string) error {
-	if err := m.src.Sync(ctx); err != nil {
-		// no local journald to ask (a journal read from a directory):
-		// what it has stored is still a complete answer
-		m.log.Debug("journal sync before flush", "container", containerID, "error", err)
-	}
-	last, ok, err := m.src.Last(ctx, containerID)
-	if err != nil {
-		return fmt.Errorf("flush log of container %s: %w", containerID, err)
+	// journald 252's sync does not wait for data still queued in stream
+	// sockets, so a container that just exited may have lines journald has
+	// not read yet: ask until two answers in a row agree (bounded).
+	var (
+		last     Entry
+		ok       bool
+		prev     Position
+		prevOK   bool
+		attempts = 8
+	)
+	for i := 0; i < attempts; i++ {
+		if err := m.src.Sync(ctx); err != nil {
+			// no local journald to ask (a journal read from a directory):
+			// what it has stored is still a complete answer
+			m.log.Debug("journal sync before flush", "container", containerID, "error", err)
+		}
+		var err error
+		last, ok, err = m.src.Last(ctx, containerID)
+		if err != nil {
+			return fmt.Errorf("flush log of container %s: %w", containerID, err)
+		}
+		if i > 0 && ok == prevOK && (!ok || last.Pos == prev) {
+			break
+		}
+		prev, prevOK = last.Pos, ok
+		if i < attempts-1 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("flush log of container %s: %w: %w", containerID, errdefs.ErrDeadline, ctx.Err())
+			case <-time.After(flushSettle):
+			}
+		}
 	}
 	fw := &flushWaiter{id: containerID, target: last.Pos, reply: make(chan error, 1)}
 	if !ok {
