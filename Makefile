@@ -73,7 +73,7 @@ staticcheck-tool:
 
 # every stage runs even when an earlier one failed (one CI run shows all
 # problems); the critest summary stays the last line of a green run
-TEST_STAGES := lint unit integration critest vm
+TEST_STAGES := lint unit integration critest kubelet-e2e vm
 # vm: the cgroup v2 tier in a TCG VM (test/vm/run.sh); it prints
 # "SKIP: cgroup v2 VM tier: <why>" and passes where no VM can be built.
 vm: build
