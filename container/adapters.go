@@ -109,6 +109,8 @@ func (m *Manager) StreamTarget(ctx context.Context, id string) (streaming.Target
 	}
 	if t.Stdin {
 		t.StdinPath = m.stdinFIFO(r.ID)
+		// The unit's relay offers the output taps next to the FIFO.
+		t.TapDir = m.runDir(r.ID)
 	}
 	return t, nil
 }

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -63,7 +65,15 @@ func StartRelay(o Options, pidFile string, warn io.Writer) error {
 		{os.NewFile(uintptr(errP[0]), "stderr-pipe"), os.NewFile(uintptr(errSock), "stderr-stream")},
 	}
 	var cmds []*exec.Cmd
-	if cat, err := exec.LookPath("cat"); err == nil {
+	if o.StdinFIFO != "" {
+		// An attachable container: its output must also reach attach
+		// sessions byte for byte (a prompt without a newline never leaves
+		// journald's line buffer), so it gets the relay with taps.
+		cmd := exec.Command("/proc/self/exe", "_stdio", relayFlag, tapFlag+filepath.Dir(o.StdinFIFO))
+		cmd.Args[0] = os.Args[0]
+		cmd.ExtraFiles = []*os.File{pairs[0][0], pairs[0][1], pairs[1][0], pairs[1][1]}
+		cmds = append(cmds, cmd)
+	} else if cat, err := exec.LookPath("cat"); err == nil {
 		for _, p := range pairs {
 			cmd := exec.Command(cat)
 			cmd.Stdin, cmd.Stdout = p[0], p[1]
@@ -104,22 +114,109 @@ func StartRelay(o Options, pidFile string, warn io.Writer) error {
 	return nil
 }
 
-// isRelay reports whether args start the relay child.
-func isRelay(args []string) bool { return len(args) == 1 && args[0] == relayFlag }
+// tapFlag names the directory where the relay offers its output to attach
+// sessions (TapOut and TapErr sockets).
+const tapFlag = "--tap-dir="
 
-// relayMain copies both pipes into their streams until both writers are gone.
-func relayMain() int {
+// The attach taps of an attachable container, in its run directory.
+const (
+	TapOut = "tap-out.sock"
+	TapErr = "tap-err.sock"
+)
+
+// isRelay reports whether args start the relay child.
+func isRelay(args []string) bool {
+	return len(args) >= 1 && args[0] == relayFlag && (len(args) == 1 || len(args) == 2 && strings.HasPrefix(args[1], tapFlag))
+}
+
+// relayMain copies both pipes into their streams until both writers are
+// gone, and with a tap directory also to every connected attach session.
+func relayMain(args []string) int {
 	debug.SetGCPercent(20)
+	tapDir := ""
+	if len(args) == 2 {
+		tapDir = strings.TrimPrefix(args[1], tapFlag)
+	}
 	var wg sync.WaitGroup
-	for _, fds := range [][2]int{{3, 4}, {5, 6}} {
+	for i, fds := range [][2]int{{3, 4}, {5, 6}} {
+		var t *tap
+		if tapDir != "" {
+			name := TapOut
+			if i == 1 {
+				name = TapErr
+			}
+			t = newTap(filepath.Join(tapDir, name))
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			Pump(fds[0], fds[1])
+			if t == nil {
+				Pump(fds[0], fds[1])
+				return
+			}
+			defer t.close()
+			defer unix.Close(fds[0])
+			defer unix.Close(fds[1])
+			copyLoop(fds[0], fds[1], t.send)
 		}()
 	}
 	wg.Wait()
 	return 0
+}
+
+// tap hands copies of a stream to attach sessions. A session that does
+// not keep up loses its connection; the container never waits for it.
+type tap struct {
+	mu    sync.Mutex
+	l     *net.UnixListener
+	conns map[*net.UnixConn]bool
+}
+
+func newTap(path string) *tap {
+	t := &tap{conns: map[*net.UnixConn]bool{}}
+	_ = os.Remove(path)
+	old := unix.Umask(0o177)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	unix.Umask(old)
+	if err != nil {
+		return t // no taps: the journal still has everything
+	}
+	t.l = l
+	go func() {
+		for {
+			c, err := l.AcceptUnix()
+			if err != nil {
+				return
+			}
+			t.mu.Lock()
+			t.conns[c] = true
+			t.mu.Unlock()
+		}
+	}()
+	return t
+}
+
+func (t *tap) send(b []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for c := range t.conns {
+		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := c.Write(b); err != nil {
+			c.Close()
+			delete(t.conns, c)
+		}
+	}
+}
+
+func (t *tap) close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.l != nil {
+		t.l.Close()
+	}
+	for c := range t.conns {
+		c.Close()
+	}
 }
 
 // Pump moves bytes from the pipe in to the socket out until EOF, with
@@ -141,13 +238,15 @@ func Pump(in, out int) {
 			continue
 		}
 		if errors.Is(err, unix.EINVAL) {
-			copyLoop(in, out)
+			copyLoop(in, out, nil)
 		}
 		return
 	}
 }
 
-func copyLoop(in, out int) {
+// copyLoop moves bytes from in to out with read/write, handing each
+// chunk to also (when set) after it reached out.
+func copyLoop(in, out int, also func([]byte)) {
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := unix.Read(in, buf)
@@ -166,6 +265,9 @@ func copyLoop(in, out int) {
 				return
 			}
 			b = b[w:]
+		}
+		if also != nil {
+			also(buf[:n])
 		}
 	}
 }

@@ -264,7 +264,7 @@ func parentOf(pid int) (ppid int, alive bool) {
 // Main is `podunit _stdio`: it only returns on failure.
 func Main(args []string) int {
 	if isRelay(args) {
-		return relayMain()
+		return relayMain(args)
 	}
 	o, err := ParseArgs(args)
 	if err != nil {

@@ -5,12 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"path/filepath"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/stdio"
 )
 
 // OutputSource follows a non-TTY container's output from now on.
@@ -130,7 +134,12 @@ func (s *attachSession) runPipes(ctx context.Context) error {
 		if errw == nil {
 			errw = io.Discard
 		}
-		wait, err := s.h.d.Output.Follow(ctx, s.t, out, errw)
+		wait, err := followTaps(ctx, s.t.TapDir, out, errw)
+		if err != nil {
+			// No taps (container started by an older podunit): the
+			// journal has the output, line by line.
+			wait, err = s.h.d.Output.Follow(ctx, s.t, out, errw)
+		}
 		if err != nil {
 			return fmt.Errorf("container %s: follow output: %w", s.t.ID, err)
 		}
@@ -209,4 +218,40 @@ func (s *attachSession) stdinWriter() (w *os.File, held bool, err error) {
 		return nil, false, fmt.Errorf("container %s: open stdin: %v: %w", s.t.ID, err, errdefs.ErrPrecondition)
 	}
 	return f, false, nil
+}
+
+// followTaps connects to the relay's taps in dir and copies what the
+// container writes from now on to stdout and stderr.
+func followTaps(ctx context.Context, dir string, stdout, stderr io.Writer) (func() error, error) {
+	if dir == "" {
+		return nil, errors.New("no taps")
+	}
+	var d net.Dialer
+	out, err := d.DialContext(ctx, "unix", filepath.Join(dir, stdio.TapOut))
+	if err != nil {
+		return nil, err
+	}
+	errc, err := d.DialContext(ctx, "unix", filepath.Join(dir, stdio.TapErr))
+	if err != nil {
+		out.Close()
+		return nil, err
+	}
+	return func() error {
+		done := make(chan struct{})
+		go func() {
+			select {
+			case <-ctx.Done():
+			case <-done:
+			}
+			out.Close()
+			errc.Close()
+		}()
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); _, _ = io.Copy(stdout, out) }()
+		go func() { defer wg.Done(); _, _ = io.Copy(stderr, errc) }()
+		wg.Wait()
+		close(done)
+		return nil
+	}, nil
 }

@@ -31,6 +31,10 @@ type Target struct {
 	// non-TTY attach (journalctl match syntax, e.g. "CONTAINER_ID=<id>");
 	// empty means CONTAINER_ID=<ID>.
 	JournalMatch []string
+	// TapDir holds the relay's attach taps (stdio.TapOut, stdio.TapErr)
+	// of an attachable container: its output byte for byte, partial lines
+	// included, which the journal only has once a line is complete.
+	TapDir string
 }
 
 // Containers looks containers up for exec and attach. An unknown ID must
