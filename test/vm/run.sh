@@ -36,7 +36,7 @@ export DBUS_SYSTEM_BUS_ADDRESS PODUNIT_VM_SSH
 
 stage=$RUNBASE/stage; mkdir -p "$stage"
 (cd "$REPO" && CGO_ENABLED=0 go build -o "$stage/probe" ./test/vm/probe)
-cp "$HERE/runc-leaf.sh" "$HERE/make-busybox-bundle.sh" "$stage/"
+cp "$HERE/runc-leaf.sh" "$REPO/test/harness/make-busybox-bundle.sh" "$stage/"
 bash "$HERE/vm.sh" push "$RUN" "$stage" /opt/podunit-vm
 
 cd "$REPO"
