@@ -151,8 +151,22 @@ func runTTY(cmd *exec.Cmd, p ExecProcess) error {
 	if err != nil {
 		return err
 	}
+	stop, copied := relayTerminal(master, p)
+	defer stop()
+	werr := cmd.Wait()
+	select {
+	case <-copied:
+	case <-time.After(drainTimeout):
+	}
+	return werr
+}
+
+// relayTerminal serves one exec's terminal: resize requests, stdin into
+// the master and the master's output to stdout. copied closes once the
+// output ended (EIO when the last holder of the slave has exited); stop
+// ends the resize loop.
+func relayTerminal(master *os.File, p ExecProcess) (stop func(), copied <-chan struct{}) {
 	done := make(chan struct{})
-	defer close(done)
 	go func() {
 		for {
 			select {
@@ -173,17 +187,10 @@ func runTTY(cmd *exec.Cmd, p ExecProcess) error {
 	if out == nil {
 		out = io.Discard
 	}
-	copied := make(chan struct{})
+	c := make(chan struct{})
 	go func() {
-		// Ends with EIO once the runtime, the last holder of the
-		// slave, has exited.
 		io.Copy(out, master)
-		close(copied)
+		close(c)
 	}()
-	werr := cmd.Wait()
-	select {
-	case <-copied:
-	case <-time.After(drainTimeout):
-	}
-	return werr
+	return func() { close(done) }, c
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -229,34 +228,8 @@ func runTTYHelper(ctx context.Context, helper []string, t Target, p ExecProcess)
 	}
 	defer master.Close()
 
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		for {
-			select {
-			case s, ok := <-p.Resize:
-				if !ok {
-					return
-				}
-				setWinSize(master, s)
-			case <-done:
-				return
-			}
-		}
-	}()
-	if p.Stdin != nil {
-		go io.Copy(master, p.Stdin)
-	}
-	out := p.Stdout
-	if out == nil {
-		out = io.Discard
-	}
-	copied := make(chan struct{})
-	go func() {
-		// EIO once the command, the last holder of the slave, is gone.
-		io.Copy(out, master)
-		close(copied)
-	}()
+	stopRelay, copied := relayTerminal(master, p)
+	defer stopRelay()
 
 	line, rerr := bufio.NewReader(uc).ReadString('\n')
 	werr := <-waited
