@@ -38,20 +38,36 @@ kill_podunit() {
 }
 
 # consistent: every container unit and namespace pin podunit left in the
-# harness belongs to a container/sandbox the CRI still lists
-consistent() {
-	local known units pins bad=0 u id
-	known=$( (cri ps -a -q; cri pods -q) | sort -u)
+# harness belongs to a container/sandbox the CRI still lists. The kubelet
+# keeps creating and removing containers meanwhile, so a unit listed a
+# moment before its record (or after its removal) is not an orphan: only
+# what stays unowned over three looks two seconds apart counts.
+orphans_now() {
+	local known units pins u id
 	units=$(hx systemctl list-units --all --plain --no-legend 'podunit-ctr-*' 'podunit-pod-*' | awk '{print $1}')
+	pins=$(ls "$D"/run/podunit/*ns/ 2>/dev/null | grep -vE '^$|:$' || true)
+	known=$( (cri ps -a -q; cri pods -q) | sort -u)
 	for u in $units; do
 		id=${u#podunit-ctr-}; id=${id#podunit-pod-}; id=${id%.service}; id=${id%-init}
-		grep -qx "$id" <<<"$known" || { log "orphan unit $u"; bad=1; }
+		grep -qx "$id" <<<"$known" || echo "unit $u"
 	done
-	pins=$(ls "$D"/run/podunit/*ns/ 2>/dev/null | grep -vE '^$|:$' || true)
 	for id in $pins; do
-		grep -qx "$id" <<<"$known" || { log "orphan namespace pin $id"; bad=1; }
+		grep -qx "$id" <<<"$known" || echo "namespace pin $id"
 	done
-	return $bad
+}
+
+consistent() {
+	local first second third o
+	first=$(orphans_now | sort)
+	[ -z "$first" ] && return 0
+	sleep 2
+	second=$(comm -12 <(echo "$first") <(orphans_now | sort))
+	[ -z "$second" ] && return 0
+	sleep 2
+	third=$(comm -12 <(echo "$second") <(orphans_now | sort))
+	[ -z "$third" ] && return 0
+	while read -r o; do log "orphan $o"; done <<<"$third"
+	return 1
 }
 
 # ----------------------------------------------------------------------------
