@@ -248,7 +248,15 @@ func (ie *inside) lifecycle(ctx context.Context, t *testing.T) {
 			}
 		}
 	}
-	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	// `runc start` returns once the init was told to exec; the exec
+	// itself may land a moment later.
+	var comm []byte
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		comm, _ = os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+		if strings.TrimSpace(string(comm)) == "sh" || time.Now().After(deadline) {
+			break
+		}
+	}
 	if strings.TrimSpace(string(comm)) != "sh" {
 		t.Errorf("main pid %d is %q, not the container's sh", pid, comm)
 	}

@@ -197,6 +197,12 @@ func Main(args []string) int {
 	if OOMKills(o.CgroupRoot, o.CgroupPath) > 0 {
 		rec.OOMKilled = true
 	}
+	// The record tells podunit the container is done, and podunit then
+	// completes its CRI log from the journal: the relays must have handed
+	// the last output to journald first.
+	if o.RelayPIDFile != "" && !stdio.WaitRelay(o.RelayPIDFile, 3*time.Second) {
+		warn("log relay %s still running; the container's last output may be cut", o.RelayPIDFile)
+	}
 	rc := 0
 	if err := Write(o.Dir, rec); err != nil {
 		warn("%v", err)
@@ -210,9 +216,6 @@ func Main(args []string) int {
 			// podunit deletes again on remove; the record is what matters.
 			warn("%s: %v: %s", strings.Join(o.Argv, " "), err, strings.TrimSpace(string(out)))
 		}
-	}
-	if o.RelayPIDFile != "" && !stdio.WaitRelay(o.RelayPIDFile, 3*time.Second) {
-		warn("log relay %s still running; the container's last output may be cut", o.RelayPIDFile)
 	}
 	return rc
 }
