@@ -93,8 +93,9 @@ type Options struct {
 	// CgroupRoot is where the hierarchies are mounted.
 	CgroupRoot string
 	// RelayPIDFile names the log relay (package stdio); the recorder waits
-	// for it to drain the container's last output before it returns, since
-	// systemd SIGKILLs what is left in the unit once ExecStopPost is done.
+	// for it to drain the container's last output before writing the
+	// record, since podunit completes the CRI log once it sees the record
+	// (and systemd SIGKILLs what is left in the unit after ExecStopPost).
 	RelayPIDFile string
 	// Argv, when set, runs after the record is written: the runtime's
 	// `delete --force`, so no stopped container state lingers in its root.

@@ -300,17 +300,24 @@ type V2MemoryFiles struct {
 
 func readV2MemoryFiles(dir string) (V2MemoryFiles, error) {
 	var f V2MemoryFiles
-	for name, dst := range map[string]*string{
+	err := readFiles(dir, map[string]*string{
 		"memory.current": &f.Current, "memory.max": &f.Max, "memory.stat": &f.Stat,
 		"memory.events": &f.Events, "memory.swap.current": &f.SwapCurrent, "memory.swap.max": &f.SwapMax,
-	} {
+	})
+	return f, err
+}
+
+// readFiles reads each named file of dir into its string; a missing file
+// (a controller or option the kernel lacks) leaves it empty.
+func readFiles(dir string, files map[string]*string) error {
+	for name, dst := range files {
 		s, err := readString(filepath.Join(dir, name))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return f, err
+			return err
 		}
 		*dst = s
 	}
-	return f, nil
+	return nil
 }
 
 // V2Memory computes memory and swap statistics from v2 files. Malformed

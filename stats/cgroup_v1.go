@@ -148,18 +148,12 @@ type V1MemoryFiles struct {
 
 func readV1MemoryFiles(dir string) (V1MemoryFiles, error) {
 	var f V1MemoryFiles
-	for name, dst := range map[string]*string{
+	err := readFiles(dir, map[string]*string{
 		"memory.usage_in_bytes": &f.Usage, "memory.limit_in_bytes": &f.Limit, "memory.stat": &f.Stat,
 		"memory.memsw.usage_in_bytes": &f.MemswUsage, "memory.memsw.limit_in_bytes": &f.MemswLimit,
 		"memory.oom_control": &f.OOMControl,
-	} {
-		s, err := readString(filepath.Join(dir, name))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return f, err
-		}
-		*dst = s
-	}
-	return f, nil
+	})
+	return f, err
 }
 
 // V1Memory computes memory and swap statistics from v1 files. The total_*
