@@ -110,10 +110,9 @@ unit:
 # integration tests boot systemd (root); they may live in any package: every
 # package with a test file tagged `integration` is run, one at a time (2 cores)
 INTEGRATION_PKGS = $(shell grep -rlE --include='*_test.go' '^//go:build.*\bintegration\b' . | xargs -r -n1 dirname | sort -u)
-integration: build
+integration: critest-tools build
 	@pkgs="$(INTEGRATION_PKGS)"; [ -n "$$pkgs" ] || { echo "no integration tests found"; exit 1; }; \
-	echo "PODUNIT_BINARY=$(BIN) go test -tags=$(TAGS),integration -count=1 -p 1 -timeout 30m $$pkgs"; \
-	PODUNIT_BINARY=$(BIN) go test -tags=$(TAGS),integration -count=1 -p 1 -timeout 30m $$pkgs
+	PODUNIT_BINARY=$(BIN) TAGS=$(TAGS) bash $(CURDIR)/test/integration.sh $$pkgs
 
 critest: critest-tools build
 	@PODUNIT_BINARY=$(BIN) FOCUS='$(value FOCUS)' bash $(KIT)/run.sh

@@ -59,3 +59,18 @@ ensure_packages() {
 registry_up() {
 	curl -fsS -o /dev/null --max-time 3 "http://${PODUNIT_TEST_REGISTRY}/v2/" 2>/dev/null
 }
+
+# ensure_test_registry LOGFILE: have the registry up with the critest images in
+# it, building and pushing them (images.sh) when they are missing. The caller
+# stops the registry again when registry_up was false before (see run.sh).
+ensure_test_registry() {
+	local logfile=$1
+	if ! registry_up || ! curl -fsS -o /dev/null "http://$PODUNIT_TEST_REGISTRY/v2/e2e-test-images/nginx/manifests/1.14-2" \
+		-H 'Accept: application/vnd.oci.image.index.v1+json'; then
+		log "building and pushing the test images (test/critest/images.sh, log $logfile)"
+		bash "$KIT_DIR/images.sh" >"$logfile" 2>&1 ||
+			{ tail -n 30 "$logfile" >&2; die "images.sh failed (log: $logfile)"; }
+	fi
+	bash "$KIT_DIR/registry.sh" start
+	registry_up || die "no registry at $PODUNIT_TEST_REGISTRY"
+}

@@ -95,13 +95,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ------------------------------------------------------------------ setup ---
-if ! registry_up || ! curl -fsS -o /dev/null "http://$PODUNIT_TEST_REGISTRY/v2/e2e-test-images/nginx/manifests/1.14-2" \
-	-H 'Accept: application/vnd.oci.image.index.v1+json'; then
-	log "building and pushing the test images (test/critest/images.sh)"
-	bash "$REPO/test/critest/images.sh" >"$E2E_OUT/images.log" 2>&1 || die "images.sh failed (log: $E2E_OUT/images.log)"
-fi
-bash "$REPO/test/critest/registry.sh" start
-registry_up || die "no registry at $PODUNIT_TEST_REGISTRY"
+ensure_test_registry "$E2E_OUT/images.log"
 
 # pods get no default route; this keeps anything else from leaving the subnet
 iptables -I FORWARD -s "$SUBNET" ! -d "$SUBNET" -m comment --comment podunit-kubelet-e2e -j DROP

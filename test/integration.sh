@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# integration.sh — run every package's `integration`-tagged Go tests, one
+# package at a time (2 cores), with the local test registry up: the image
+# store, the Debian package and the fault tests pull from it.
+#
+# Usage: integration.sh PKG...   (PODUNIT_BINARY must name the built daemon)
+# A registry this script starts is stopped again at the end.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/critest/lib.sh"
+require_root
+[[ $# -gt 0 ]] || die "no integration packages given"
+: "${PODUNIT_BINARY:?set PODUNIT_BINARY to the podunit binary}"
+: "${TAGS:?set TAGS to the build tags}"
+
+registry_was_up=0
+registry_up && registry_was_up=1
+stop_registry() { ((registry_was_up)) || bash "$KIT_DIR/registry.sh" stop; }
+trap stop_registry EXIT
+ensure_test_registry /var/tmp/podunit-integration-images.log
+
+echo "PODUNIT_BINARY=$PODUNIT_BINARY go test -tags=$TAGS,integration -count=1 -p 1 -timeout 30m $*"
+go test -tags="$TAGS,integration" -count=1 -p 1 -timeout 30m "$@"
