@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -509,7 +510,9 @@ func (ie *inside) immediateExit(ctx context.Context, t *testing.T) {
 		}
 		b, _ := os.ReadFile(filepath.Join(ie.logDir, fmt.Sprintf("quick%d.log", i)))
 		if !strings.HasSuffix(string(b), fmt.Sprintf(" stdout F bye%d\n", i)) {
-			t.Errorf("quick%d CRI log %q", i, b)
+			out, _ := exec.Command("journalctl", "--no-pager", "-o", "export", "--output-fields=MESSAGE,CONTAINER_ID,PODUNIT_LOG,_SYSTEMD_UNIT,_TRANSPORT,PRIORITY,_PID,SYSLOG_IDENTIFIER",
+				"MESSAGE=bye"+strconv.Itoa(i), "+", "_SYSTEMD_UNIT="+UnitPrefix+id+".service", "+", "UNIT="+UnitPrefix+id+".service", "+", "SYSLOG_IDENTIFIER=podunit-exitrec").CombinedOutput()
+			t.Errorf("quick%d CRI log %q; its line in the journal:\n%s", i, b, out)
 		}
 		if err := m.Remove(ctx, id); err != nil {
 			t.Fatal(err)

@@ -196,6 +196,12 @@ func TestAttachStdinOnceFIFO(t *testing.T) {
 	if !slices.Contains(store.entries(), "remove podunit-stdin-"+id) {
 		t.Fatalf("closed stdin still parked: %q", store.entries())
 	}
+	// The fake manager polls runc: give it time to notice the exit.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if tg, _ := ctrs.StreamTarget(ctx, id); !tg.Running {
+			break
+		}
+	}
 	if _, err := s.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: id, Stdout: true}); !errors.Is(err, errdefs.ErrPrecondition) {
 		t.Fatalf("attach to a stopped container: %v, want FailedPrecondition", err)
 	}
