@@ -91,6 +91,10 @@ type Options struct {
 	// Self is the podunit binary the unit's ExecStart/ExecStopPost run as
 	// `Self _stdio` and `Self _exitrec`.
 	Self string
+	// LogRelaySocket is the node's log relay (package logrelay) that moves
+	// container output from pipes to journald; empty relays from inside
+	// each unit instead (cut output is possible when a container exits).
+	LogRelaySocket string
 	// DefaultHandler is used when the pod names no runtime handler.
 	DefaultHandler string
 	// Caps describes systemd and cgroups for the unit properties.

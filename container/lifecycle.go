@@ -37,9 +37,15 @@ func (m *Manager) service(r *record, rt Runtime) unitprops.Service {
 	if r.Config.GetStdin() {
 		execStart = append(execStart, "--stdin-fifo", m.stdinFIFO(r.ID))
 	}
+	var relay []string
+	if m.opts.LogRelaySocket != "" {
+		relay = []string{"--relay-socket", m.opts.LogRelaySocket, "--relay-id", r.ID}
+		execStart = append(execStart, relay...)
+	}
 	execStart = append(append(execStart, "--"), rt.CreateArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID))...)
 	stopPost := []string{m.opts.Self, "_exitrec", "--cgroup", systemd.SlicePath(r.Slice) + "/" + r.Unit,
-		"--cgroup-root", m.opts.CgroupRoot, "--relay-pid-file", m.pidFile(r.ID) + ".relay", m.stateDir(r.ID)}
+		"--cgroup-root", m.opts.CgroupRoot, "--relay-pid-file", m.pidFile(r.ID) + ".relay"}
+	stopPost = append(append(stopPost, relay...), m.stateDir(r.ID))
 	if del := rt.DeleteArgv(r.ID); len(del) > 0 {
 		stopPost = append(append(stopPost, "--"), del...)
 	}

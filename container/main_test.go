@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/podunit/podunit/exitrec"
+	"github.com/podunit/podunit/logrelay"
 	"github.com/podunit/podunit/stdio"
 )
 
@@ -18,6 +19,8 @@ func TestMain(m *testing.M) {
 			os.Exit(stdio.Main(os.Args[2:]))
 		case "_exitrec":
 			os.Exit(exitrec.Main(os.Args[2:]))
+		case "_logrelay":
+			os.Exit(logrelay.Main(os.Args[2:]))
 		}
 	}
 	os.Exit(m.Run())

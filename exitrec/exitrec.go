@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/coreos/go-systemd/v22/journal"
+	"github.com/podunit/podunit/logrelay"
 	"github.com/podunit/podunit/statefile"
 	"github.com/podunit/podunit/stdio"
 	"golang.org/x/sys/unix"
@@ -97,6 +98,10 @@ type Options struct {
 	// record, since podunit completes the CRI log once it sees the record
 	// (and systemd SIGKILLs what is left in the unit after ExecStopPost).
 	RelayPIDFile string
+	// RelaySocket and RelayID name the container at the node's log relay
+	// (package logrelay), which the recorder waits for in the same way.
+	RelaySocket string
+	RelayID     string
 	// Argv, when set, runs after the record is written: the runtime's
 	// `delete --force`, so no stopped container state lingers in its root.
 	Argv []string
@@ -110,6 +115,8 @@ func ParseArgs(args []string) (Options, error) {
 	fs.StringVar(&o.CgroupPath, "cgroup", "", "the unit's cgroup path, for OOM counters")
 	fs.StringVar(&o.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup mount point")
 	fs.StringVar(&o.RelayPIDFile, "relay-pid-file", "", "wait for this log relay to exit")
+	fs.StringVar(&o.RelaySocket, "relay-socket", "", "the node's log relay")
+	fs.StringVar(&o.RelayID, "relay-id", "", "the container's id at the log relay")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -201,6 +208,13 @@ func Main(args []string) int {
 	// The record tells podunit the container is done, and podunit then
 	// completes its CRI log from the journal: the relays must have handed
 	// the last output to journald first.
+	if o.RelaySocket != "" && o.RelayID != "" {
+		// The relay is outside the unit, so nothing stops it from
+		// finishing: the wait only ends early on a stuck journald.
+		if err := logrelay.Wait(o.RelaySocket, o.RelayID, 10*time.Second); err != nil && !errors.Is(err, logrelay.ErrUnknown) {
+			warn("%v; the container's last output may be cut", err)
+		}
+	}
 	if o.RelayPIDFile != "" && !stdio.WaitRelay(o.RelayPIDFile, 3*time.Second) {
 		warn("log relay %s still running; the container's last output may be cut", o.RelayPIDFile)
 	}

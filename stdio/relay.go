@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podunit/podunit/logrelay"
 )
 
 // Why a relay: a container's stdout/stderr must be pipes. Many images
@@ -64,6 +65,21 @@ func StartRelay(o Options, pidFile string, warn io.Writer) error {
 		{os.NewFile(uintptr(outP[0]), "stdout-pipe"), os.NewFile(uintptr(outSock), "stdout-stream")},
 		{os.NewFile(uintptr(errP[0]), "stderr-pipe"), os.NewFile(uintptr(errSock), "stderr-stream")},
 	}
+	if o.RelaySocket != "" {
+		tapDir := ""
+		if o.StdinFIFO != "" {
+			tapDir = filepath.Dir(o.StdinFIFO)
+		}
+		err := logrelay.Register(o.RelaySocket, o.RelayID, tapDir, ownCgroupDir(o.CgroupRoot), outP[0], outSock, errP[0], errSock, 10*time.Second)
+		if err == nil {
+			for _, p := range pairs {
+				p[0].Close()
+				p[1].Close()
+			}
+			return dupWriteEnds(outP[1], errP[1])
+		}
+		fmt.Fprintf(warn, "podunit _stdio: %v; relaying from inside the unit instead\n", err)
+	}
 	var cmds []*exec.Cmd
 	if o.StdinFIFO != "" {
 		// An attachable container: its output must also reach attach
@@ -103,14 +119,44 @@ func StartRelay(o Options, pidFile string, warn io.Writer) error {
 	if pidFile != "" {
 		_ = os.WriteFile(pidFile, []byte(strings.Join(pids, " ")), 0o644)
 	}
-	if err := unix.Dup3(outP[1], 1, 0); err != nil {
+	return dupWriteEnds(outP[1], errP[1])
+}
+
+// ownCgroupDir is this process' cgroup directory (the unit's, before
+// EnterLeaf): the systemd hierarchy on v1/hybrid, the unified one on v2.
+func ownCgroupDir(root string) string {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	unified := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "1:name=systemd:"); ok {
+			return filepath.Join(root, "systemd", p)
+		}
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			unified = p
+		}
+	}
+	if unified == "" {
+		return ""
+	}
+	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
+		return filepath.Join(root, unified)
+	}
+	return filepath.Join(root, "unified", unified)
+}
+
+// dupWriteEnds makes the pipes' write ends fds 1 and 2 (kept across exec).
+func dupWriteEnds(out, errw int) error {
+	if err := unix.Dup3(out, 1, 0); err != nil {
 		return fmt.Errorf("dup stdout: %w", err)
 	}
-	if err := unix.Dup3(errP[1], 2, 0); err != nil {
+	if err := unix.Dup3(errw, 2, 0); err != nil {
 		return fmt.Errorf("dup stderr: %w", err)
 	}
-	unix.Close(outP[1])
-	unix.Close(errP[1])
+	unix.Close(out)
+	unix.Close(errw)
 	return nil
 }
 
@@ -139,13 +185,13 @@ func relayMain(args []string) int {
 	}
 	var wg sync.WaitGroup
 	for i, fds := range [][2]int{{3, 4}, {5, 6}} {
-		var t *tap
+		var t *logrelay.Tap
 		if tapDir != "" {
 			name := TapOut
 			if i == 1 {
 				name = TapErr
 			}
-			t = newTap(filepath.Join(tapDir, name))
+			t = logrelay.NewTap(filepath.Join(tapDir, name))
 		}
 		wg.Add(1)
 		go func() {
@@ -154,69 +200,14 @@ func relayMain(args []string) int {
 				Pump(fds[0], fds[1])
 				return
 			}
-			defer t.close()
+			defer t.Close()
 			defer unix.Close(fds[0])
 			defer unix.Close(fds[1])
-			copyLoop(fds[0], fds[1], t.send)
+			copyLoop(fds[0], fds[1], t.Send)
 		}()
 	}
 	wg.Wait()
 	return 0
-}
-
-// tap hands copies of a stream to attach sessions. A session that does
-// not keep up loses its connection; the container never waits for it.
-type tap struct {
-	mu    sync.Mutex
-	l     *net.UnixListener
-	conns map[*net.UnixConn]bool
-}
-
-func newTap(path string) *tap {
-	t := &tap{conns: map[*net.UnixConn]bool{}}
-	_ = os.Remove(path)
-	old := unix.Umask(0o177)
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	unix.Umask(old)
-	if err != nil {
-		return t // no taps: the journal still has everything
-	}
-	t.l = l
-	go func() {
-		for {
-			c, err := l.AcceptUnix()
-			if err != nil {
-				return
-			}
-			t.mu.Lock()
-			t.conns[c] = true
-			t.mu.Unlock()
-		}
-	}()
-	return t
-}
-
-func (t *tap) send(b []byte) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for c := range t.conns {
-		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-		if _, err := c.Write(b); err != nil {
-			c.Close()
-			delete(t.conns, c)
-		}
-	}
-}
-
-func (t *tap) close() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.l != nil {
-		t.l.Close()
-	}
-	for c := range t.conns {
-		c.Close()
-	}
 }
 
 // Pump moves bytes from the pipe in to the socket out until EOF, with

@@ -51,7 +51,12 @@ type Options struct {
 	// PIDFile is the runtime's --pid-file. When set, the wrapper runs the
 	// runtime as a child instead of exec'ing it (see Supervise).
 	PIDFile string
-	Argv    []string
+	// RelaySocket is the node's log relay (package logrelay); RelayID the
+	// container's name there. Without them, or when the relay does not
+	// answer, per-container relay processes in the unit take its place.
+	RelaySocket string
+	RelayID     string
+	Argv        []string
 }
 
 // ParseArgs parses `--unit U --identifier I [--socket P] -- ARGV...`.
@@ -66,6 +71,8 @@ func ParseArgs(args []string) (Options, error) {
 	fs.StringVar(&o.CgroupLeaf, "cgroup-leaf", "", "on cgroup v2, sub-cgroup of the unit to run the runtime in")
 	fs.StringVar(&o.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup mount point")
 	fs.StringVar(&o.PIDFile, "pid-file", "", "the runtime's pid file: wait until the container's init is our child")
+	fs.StringVar(&o.RelaySocket, "relay-socket", "", "the node's log relay")
+	fs.StringVar(&o.RelayID, "relay-id", "", "the container's id at the log relay")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -75,6 +82,9 @@ func ParseArgs(args []string) (Options, error) {
 	}
 	if strings.ContainsAny(o.CgroupLeaf, "/") || o.CgroupLeaf == "." || o.CgroupLeaf == ".." {
 		return o, fmt.Errorf("cgroup leaf %q must be a plain name", o.CgroupLeaf)
+	}
+	if (o.RelaySocket == "") != (o.RelayID == "") {
+		return o, errors.New("--relay-socket and --relay-id go together")
 	}
 	if o.Identifier == "" {
 		o.Identifier = o.Unit

@@ -14,6 +14,7 @@ import (
 	"github.com/podunit/podunit/events"
 	"github.com/podunit/podunit/gc"
 	"github.com/podunit/podunit/imagestore"
+	"github.com/podunit/podunit/logrelay"
 	"github.com/podunit/podunit/logs"
 	"github.com/podunit/podunit/metrics"
 	"github.com/podunit/podunit/sandbox"
@@ -129,6 +130,17 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 		return nil, err
 	}
 	copts.Logger = log.With("component", "containers")
+	// The node's log relay moves container output to journald from
+	// outside the container units (package logrelay); it outlives podunit.
+	relaySock := filepath.Join(cfg.Paths.RunDir, "logrelay.sock")
+	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
+	err = logrelay.Ensure(rctx, sd, copts.Self, relaySock, filepath.Join(cfg.Paths.RunDir, "logrelay"))
+	rcancel()
+	if err != nil {
+		log.Warn("no log relay: container output is relayed from inside each unit, and the last output of an exiting container can be cut", "err", err)
+	} else {
+		copts.LogRelaySocket = relaySock
+	}
 	runtimes, err := container.RuntimesFromConfig(cfg.Runtime.Handlers, filepath.Join(cfg.Paths.RunDir, "exec"))
 	if err != nil {
 		return nil, err

@@ -1,8 +1,9 @@
-package stdio
+package logrelay
 
 import (
 	"bufio"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -10,19 +11,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The relay's taps deliver partial lines at once (attach shows a prompt
+// Taps deliver partial lines at once (attach shows a prompt
 // without a newline) and drop a session that stopped reading instead of
 // blocking the container.
 func TestTapDeliversPartialLinesAndDropsSlowReaders(t *testing.T) {
 	dir := t.TempDir()
-	tp := newTap(filepath.Join(dir, TapOut))
-	defer tp.close()
-	c, err := net.Dial("unix", filepath.Join(dir, TapOut))
+	tp := NewTap(filepath.Join(dir, "tap-out.sock"))
+	defer tp.Close()
+	c, err := net.Dial("unix", filepath.Join(dir, "tap-out.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	slow, err := net.Dial("unix", filepath.Join(dir, TapOut))
+	slow, err := net.Dial("unix", filepath.Join(dir, "tap-out.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,11 +47,19 @@ func TestTapDeliversPartialLinesAndDropsSlowReaders(t *testing.T) {
 	if err := unix.Pipe(in[:]); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Pipe(out[:]); err != nil {
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = [2]int{sp[1], sp[0]}
+	if err := unix.SetNonblock(out[1], true); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { copyLoop(in[0], out[1], tp.send); close(done) }()
+	go func() {
+		pump(os.NewFile(uintptr(in[0]), "in"), os.NewFile(uintptr(out[1]), "out"), &anchor{}, tp)
+		close(done)
+	}()
 	if _, err := unix.Write(in[1], []byte("hello")); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,156 @@
+// Package logrelay is podunit's node-wide log relay: one process
+// (`podunit _logrelay`, transient unit podunit-logrelay.service) moves
+// every container's stdout and stderr from the pipes the container writes
+// to into the journald streams its unit opened.
+//
+// Why a relay at all, and why one per node: a container's stdout must be
+// a pipe (images open /dev/stdout by name, and open(2) of a socket fails
+// with ENXIO), journald only takes sockets, and the process in between
+// must not be podunit (output would stop while podunit restarts) nor live
+// in the container's unit (systemd SIGKILLs the unit's other processes the
+// moment the container's main process exits, cutting its last output).
+// The relay runs in its own unit; its pipes and streams sit in systemd's
+// fd store, so a relay restart loses nothing either.
+//
+// The unit's ExecStart= wrapper (package stdio) opens the two journald
+// streams from inside the container's unit (journald attributes them, and
+// the unit's LogExtraFields=, to the unit), makes the pipes and hands the
+// read ends and the streams to the relay with Register. The unit's
+// ExecStopPost= helper (package exitrec) calls Wait before it records the
+// exit, so podunit reads a complete log once it sees the record.
+package logrelay
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// UnitName is the relay's transient service.
+const UnitName = "podunit-logrelay.service"
+
+// Streams of one container, in the order Register passes them.
+var streamNames = [2]string{"out", "err"}
+
+var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// ValidID reports whether id can name a relay (and its fd store entries).
+func ValidID(id string) bool { return idRE.MatchString(id) }
+
+// Replies of the relay.
+const (
+	replyOK      = "OK"
+	replyDone    = "DONE"
+	replyUnknown = "UNKNOWN"
+	replyTimeout = "TIMEOUT"
+)
+
+// ErrUnknown: the relay has no record of that container (never registered,
+// or finished long ago).
+var ErrUnknown = errors.New("container not known to the log relay")
+
+// Register hands a container's output to the relay: for stdout and stderr
+// the pipe's read end and the journald stream. tapDir, when set, makes
+// the relay offer the output to attach sessions there (stdio.TapOut and
+// TapErr). The descriptors are the caller's to close afterwards.
+//
+// cgroupDir is the container unit's cgroup directory: the relay sends the
+// output as the unit's processes it finds there (see pump.go); the caller
+// must be one of them.
+func Register(socket, id, tapDir, cgroupDir string, outPipe, outStream, errPipe, errStream int, timeout time.Duration) error {
+	if !ValidID(id) {
+		return fmt.Errorf("log relay: bad container id %q", id)
+	}
+	if strings.ContainsAny(tapDir+cgroupDir, "\n\x00") {
+		return fmt.Errorf("log relay: bad directory %q / %q", tapDir, cgroupDir)
+	}
+	msg := "REGISTER " + id + "\n" + tapDir + "\n" + cgroupDir
+	reply, err := call(socket, msg, unix.UnixRights(outPipe, outStream, errPipe, errStream), timeout)
+	if err != nil {
+		return err
+	}
+	if reply != replyOK {
+		return fmt.Errorf("log relay: %s", reply)
+	}
+	return nil
+}
+
+// Wait returns once the relay has moved all of the container's output
+// (both pipes at EOF), ErrUnknown when it never had it, or an error after
+// timeout. The caller should be a process of the container's unit (its
+// ExecStopPost helper): the relay sends the last output as the caller.
+func Wait(socket, id string, timeout time.Duration) error {
+	if !ValidID(id) {
+		return fmt.Errorf("log relay: bad container id %q", id)
+	}
+	msg := "WAIT " + id + " " + strconv.FormatInt(timeout.Milliseconds(), 10)
+	reply, err := call(socket, msg, nil, timeout+2*time.Second)
+	if err != nil {
+		return err
+	}
+	switch reply {
+	case replyDone:
+		return nil
+	case replyUnknown:
+		return ErrUnknown
+	case replyTimeout:
+		return fmt.Errorf("log relay: container %s still has output in flight after %s", id, timeout)
+	}
+	return fmt.Errorf("log relay: %s", reply)
+}
+
+// Ping checks that a relay answers at socket.
+func Ping(socket string, timeout time.Duration) error {
+	reply, err := call(socket, "PING", nil, timeout)
+	if err != nil {
+		return err
+	}
+	if reply != replyOK {
+		return fmt.Errorf("log relay: %s", reply)
+	}
+	return nil
+}
+
+// call sends one request on a new SOCK_SEQPACKET connection (message
+// boundaries and descriptors in one datagram) and reads the reply.
+func call(socket, msg string, oob []byte, timeout time.Duration) (string, error) {
+	c, err := net.DialTimeout("unixpacket", socket, timeout)
+	if err != nil {
+		return "", fmt.Errorf("log relay: %w", err)
+	}
+	defer c.Close()
+	uc := c.(*net.UnixConn)
+	_ = uc.SetDeadline(time.Now().Add(timeout))
+	if _, _, err := uc.WriteMsgUnix([]byte(msg), oob, nil); err != nil {
+		return "", fmt.Errorf("log relay: send: %w", err)
+	}
+	buf := make([]byte, 512)
+	n, err := uc.Read(buf)
+	if err != nil {
+		return "", fmt.Errorf("log relay: reply: %w", err)
+	}
+	return string(buf[:n]), nil
+}
+
+// closeAll closes raw descriptors received with a request that is refused.
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// fileOf adopts a received descriptor as a non-blocking *os.File served
+// by Go's poller.
+func fileOf(fd int, name string) (*os.File, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return nil, fmt.Errorf("non-blocking %s: %w", name, err)
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}

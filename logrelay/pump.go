@@ -1,0 +1,144 @@
+package logrelay
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Why not splice(2): journald reads a stream with SO_PASSCRED and takes
+// the unit, and with it the unit's LogExtraFields= (CONTAINER_ID, ...),
+// from the PID that wrote each chunk. Bytes the relay moves would carry the
+// relay's own PID and land under podunit-logrelay.service. So the relay
+// sends every chunk with SCM_CREDENTIALS naming a process of the
+// container's unit (root may name any live PID): the container's own
+// processes while they run, the unit's ExecStopPost helper while it waits
+// for the drain.
+
+// anchor finds a live process of the container's unit to send as.
+type anchor struct {
+	pid       int32
+	cgroupDir string        // the unit's cgroup directory (walked for PIDs)
+	waiter    *atomic.Int32 // the ExecStopPost helper waiting for the drain
+}
+
+// refresh picks another PID of the unit; false when it has none (between
+// the container's exit and its ExecStopPost).
+func (a *anchor) refresh() bool {
+	dead := a.pid
+	if a.waiter != nil {
+		if w := a.waiter.Load(); w > 0 && w != dead {
+			a.pid = w
+			return true
+		}
+	}
+	if a.cgroupDir == "" {
+		return false
+	}
+	found := int32(0)
+	_ = filepath.WalkDir(a.cgroupDir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || found != 0 || !d.IsDir() {
+			return nil
+		}
+		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
+		if err != nil {
+			return nil
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 0 && int32(pid) != dead {
+				found = int32(pid)
+				return filepath.SkipAll
+			}
+		}
+		return nil
+	})
+	if found == 0 {
+		return false
+	}
+	a.pid = found
+	return true
+}
+
+// pump moves a container's output from its pipe to its journald stream
+// until every writer of the pipe is gone (nil) or the stream fails,
+// handing each chunk to the tap (attach sessions) once journald has it.
+func pump(pipe, sock *os.File, a *anchor, t *Tap) error {
+	src, err := sock.SyscallConn()
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := pipe.Read(buf)
+		if n > 0 {
+			if werr := sendAs(src, buf[:n], a); werr != nil {
+				return werr
+			}
+			if t != nil {
+				t.Send(buf[:n])
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// sendAs writes b to the stream as a.pid. When that process is gone
+// (ESRCH) it finds another one of the unit, waiting up to 5 s for one to
+// appear; after that it sends as itself (the lines then lack the
+// container's journal fields, which the warning in the relay's log says).
+func sendAs(rc interface {
+	Write(func(uintptr) bool) error
+}, b []byte, a *anchor) error {
+	var giveUp time.Time
+	for len(b) > 0 {
+		var oob []byte
+		if a.pid > 0 {
+			oob = unix.UnixCredentials(&unix.Ucred{Pid: a.pid, Uid: 0, Gid: 0})
+		}
+		var n int
+		var serr error
+		werr := rc.Write(func(fd uintptr) bool {
+			for {
+				n, serr = unix.SendmsgN(int(fd), b, oob, nil, unix.MSG_NOSIGNAL)
+				if errors.Is(serr, unix.EINTR) {
+					continue
+				}
+				return !errors.Is(serr, unix.EAGAIN)
+			}
+		})
+		if werr != nil {
+			return werr
+		}
+		switch {
+		case serr == nil:
+			b = b[n:]
+		case errors.Is(serr, unix.ESRCH) && a.pid > 0:
+			if a.refresh() {
+				continue
+			}
+			if giveUp.IsZero() {
+				giveUp = time.Now().Add(5 * time.Second)
+			}
+			if time.Now().After(giveUp) {
+				a.pid = 0
+				continue
+			}
+			time.Sleep(5 * time.Millisecond)
+		default:
+			return serr
+		}
+	}
+	return nil
+}
