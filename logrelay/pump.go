@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -74,17 +75,33 @@ func pump(pipe, sock *os.File, a *anchor, t *Tap) error {
 	if err != nil {
 		return err
 	}
-	buf := make([]byte, 64<<10)
+	prc, err := pipe.SyscallConn()
+	if err != nil {
+		return err
+	}
 	for {
+		// Wait without a buffer: an idle container costs the relay two
+		// parked goroutines, not 128 KiB.
+		if err := prc.Read(func(fd uintptr) bool {
+			p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			k, _ := unix.Poll(p, 0)
+			return k > 0
+		}); err != nil {
+			return err
+		}
+		bp := bufPool.Get().(*[]byte)
+		buf := *bp
 		n, err := pipe.Read(buf)
 		if n > 0 {
 			if werr := sendAs(src, buf[:n], a); werr != nil {
+				bufPool.Put(bp)
 				return werr
 			}
 			if t != nil {
 				t.Send(buf[:n])
 			}
 		}
+		bufPool.Put(bp)
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
@@ -93,6 +110,8 @@ func pump(pipe, sock *os.File, a *anchor, t *Tap) error {
 		}
 	}
 }
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // sendAs writes b to the stream as a.pid. When that process is gone
 // (ESRCH) it finds another one of the unit, waiting up to 5 s for one to
