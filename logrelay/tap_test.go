@@ -47,6 +47,10 @@ func TestTapDeliversPartialLinesAndDropsSlowReaders(t *testing.T) {
 	if err := unix.Pipe(in[:]); err != nil {
 		t.Fatal(err)
 	}
+	// The relay's descriptors are non-blocking (served by the poller).
+	if err := unix.SetNonblock(in[0], true); err != nil {
+		t.Fatal(err)
+	}
 	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)
