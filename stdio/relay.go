@@ -70,7 +70,7 @@ func StartRelay(o Options, pidFile string, warn io.Writer) error {
 		if o.StdinFIFO != "" {
 			tapDir = filepath.Dir(o.StdinFIFO)
 		}
-		err := logrelay.Register(o.RelaySocket, o.RelayID, tapDir, ownCgroupDir(o.CgroupRoot), outP[0], outSock, errP[0], errSock, 10*time.Second)
+		err := logrelay.Register(o.RelaySocket, o.RelayID, tapDir, unitCgroupDir(ownCgroupDir(o.CgroupRoot), o.CgroupLeaf), outP[0], outSock, errP[0], errSock, 10*time.Second)
 		if err == nil {
 			for _, p := range pairs {
 				p[0].Close()
@@ -145,6 +145,16 @@ func ownCgroupDir(root string) string {
 		return filepath.Join(root, unified)
 	}
 	return filepath.Join(root, "unified", unified)
+}
+
+// unitCgroupDir is the unit's cgroup given the wrapper's own: on v2 the
+// wrapper already moved into its leaf (EnterLeaf), whose sibling holds the
+// container, so the relay must search from the parent.
+func unitCgroupDir(own, leaf string) string {
+	if own != "" && leaf != "" && filepath.Base(own) == leaf {
+		return filepath.Dir(own)
+	}
+	return own
 }
 
 // dupWriteEnds makes the pipes' write ends fds 1 and 2 (kept across exec).

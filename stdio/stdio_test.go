@@ -279,3 +279,15 @@ func TestRelayPipesOpenByName(t *testing.T) {
 		t.Error("relay still running after both pipes closed")
 	}
 }
+
+func TestUnitCgroupDir(t *testing.T) {
+	for _, c := range [][3]string{
+		{"/sys/fs/cgroup/a.slice/u.service/runtime", "runtime", "/sys/fs/cgroup/a.slice/u.service"},
+		{"/sys/fs/cgroup/systemd/a.slice/u.service", "runtime", "/sys/fs/cgroup/systemd/a.slice/u.service"},
+		{"", "runtime", ""},
+	} {
+		if got := unitCgroupDir(c[0], c[1]); got != c[2] {
+			t.Errorf("unitCgroupDir(%q, %q) = %q, want %q", c[0], c[1], got, c[2])
+		}
+	}
+}
