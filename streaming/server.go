@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	translator "k8s.io/apiserver/pkg/util/proxy"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	lib "k8s.io/cri-streaming/pkg/streaming"
 
@@ -53,12 +54,13 @@ type Deps struct {
 // Server is podunit's streaming server. Create it with New, run it with
 // Serve, and answer the CRI calls with Exec, Attach and PortForward.
 type Server struct {
-	lib  lib.Server
-	lis  net.Listener
-	h    *handler
-	http *http.Server
-	url  *url.URL
-	log  *slog.Logger
+	lib   lib.Server
+	lis   net.Listener
+	h     *handler
+	front *wsFront
+	http  *http.Server
+	url   *url.URL
+	log   *slog.Logger
 
 	closeOnce sync.Once
 }
@@ -117,9 +119,10 @@ func New(cfg Config, d Deps) (*Server, error) {
 	// The library's own Start listens again and rewrites its base URL
 	// while requests may read it; serving its handler on our listener
 	// avoids both.
+	front := newWSFront(ls, d.Logger)
 	return &Server{
-		lib: ls, lis: lis, h: h, url: base, log: d.Logger,
-		http: &http.Server{Handler: ls, ReadHeaderTimeout: 30 * time.Second},
+		lib: ls, lis: lis, h: h, front: front, url: base, log: d.Logger,
+		http: &http.Server{Handler: front, ReadHeaderTimeout: 30 * time.Second},
 	}, nil
 }
 
@@ -142,6 +145,7 @@ func (s *Server) URL() string { return s.url.String() }
 // Serve serves until Close; it returns nil after Close.
 func (s *Server) Serve() error {
 	s.log.Info("streaming server listening", "url", s.url.String())
+	go s.front.serveInner()
 	err := s.http.Serve(s.lis)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -155,6 +159,7 @@ func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		err = s.http.Close()
 		s.lis.Close()
+		s.front.close()
 	})
 	return err
 }
@@ -170,7 +175,16 @@ func (s *Server) Exec(ctx context.Context, req *runtimeapi.ExecRequest) (*runtim
 	if _, err := s.h.running(ctx, req.GetContainerId()); err != nil {
 		return nil, err
 	}
-	return s.lib.GetExec(req)
+	resp, err := s.lib.GetExec(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.front.pending.add(resp.GetUrl(), translator.Options{
+		Stdin: req.GetStdin(), Stdout: req.GetStdout(), Stderr: req.GetStderr(), Tty: req.GetTty(),
+	}); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 // Attach checks the request and the container and returns a single-use URL.
@@ -181,7 +195,16 @@ func (s *Server) Attach(ctx context.Context, req *runtimeapi.AttachRequest) (*ru
 	if _, err := s.h.running(ctx, req.GetContainerId()); err != nil {
 		return nil, err
 	}
-	return s.lib.GetAttach(req)
+	resp, err := s.lib.GetAttach(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.front.pending.add(resp.GetUrl(), translator.Options{
+		Stdin: req.GetStdin(), Stdout: req.GetStdout(), Stderr: req.GetStderr(), Tty: req.GetTty(),
+	}); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 // PortForward checks that the pod exists and returns a single-use URL.

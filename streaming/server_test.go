@@ -205,8 +205,16 @@ func TestSplitActivationFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 		w.Close()
-		t.Cleanup(func() { r.Close() })
-		return os.NewFile(r.Fd(), name)
+		defer r.Close()
+		// A second *os.File on r's own descriptor would close it again
+		// when collected, by then maybe another test's socket.
+		fd, err := unix.FcntlInt(r.Fd(), unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := os.NewFile(uintptr(fd), name)
+		t.Cleanup(func() { f.Close() })
+		return f
 	}
 	stored, rest := SplitActivationFiles([]*os.File{mk("podunit.socket"), mk("podunit-pty-a"), mk("podunit-stdin-b"), mk("LISTEN_FD_6")})
 	if len(stored) != 2 || len(rest) != 2 || rest[0].Name() != "podunit.socket" {

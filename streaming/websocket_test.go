@@ -1,0 +1,371 @@
+package streaming
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	translator "k8s.io/apiserver/pkg/util/proxy"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/tools/remotecommand"
+	clientexec "k8s.io/client-go/util/exec"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// These tests use client-go's own websocket clients, as critest
+// -websocket-exec/-attach/-portforward and kubectl do: v5.channel.k8s.io
+// for exec and attach, SPDY tunnelled in a websocket for port-forward.
+
+func wsConfig() *rest.Config {
+	return &rest.Config{TLSClientConfig: rest.TLSClientConfig{Insecure: true}}
+}
+
+// wsStream runs one session with client-go's websocket executor.
+func wsStream(t *testing.T, rawURL string, opts remotecommand.StreamOptions) error {
+	t.Helper()
+	e, err := remotecommand.NewWebSocketExecutor(wsConfig(), "GET", rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return e.StreamWithContext(ctx, opts)
+}
+
+// ttyExec reports the terminal sizes it is given, then echoes stdin.
+type ttyExec struct{}
+
+func (ttyExec) Exec(ctx context.Context, t Target, p ExecProcess) (int, error) {
+	if !p.TTY || p.Resize == nil {
+		return 1, fmt.Errorf("tty %v resize %v", p.TTY, p.Resize != nil)
+	}
+	select {
+	case ws := <-p.Resize:
+		fmt.Fprintf(p.Stdout, "size %dx%d\r\n", ws.Width, ws.Height)
+	case <-time.After(10 * time.Second):
+		return 1, errors.New("no terminal size")
+	}
+	io.Copy(p.Stdout, p.Stdin)
+	return 0, nil
+}
+
+type oneSize struct{ sent bool }
+
+func (q *oneSize) Next() *remotecommand.TerminalSize {
+	if q.sent {
+		return nil
+	}
+	q.sent = true
+	return &remotecommand.TerminalSize{Width: 100, Height: 40}
+}
+
+func TestWebSocketExec(t *testing.T) {
+	ctrs := &fakeContainers{}
+	ctrs.set(Target{ID: "c1", Running: true})
+	s := startServer(t, Deps{Containers: ctrs, Pods: fakePods{}, Exec: &fakeExec{}})
+	ctx := context.Background()
+
+	t.Run("stdin ends", func(t *testing.T) {
+		// fakeExec reads stdin to EOF: the session only ends if the
+		// client's v5 CLOSE of stdin reaches the command.
+		resp, err := s.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: "c1", Cmd: []string{"cat"}, Stdin: true, Stdout: true, Stderr: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out, errb bytes.Buffer
+		err = wsStream(t, resp.Url, remotecommand.StreamOptions{Stdin: strings.NewReader("data"), Stdout: &out, Stderr: &errb})
+		if err != nil {
+			t.Fatalf("stream: %v (stdout %q)", err, out.String())
+		}
+		if want := "ran cat in c1\nstdin \"data\"\n"; out.String() != want || errb.Len() != 0 {
+			t.Fatalf("stdout %q stderr %q, want %q", out.String(), errb.String(), want)
+		}
+		// The URL is single-use, over websockets as over SPDY.
+		err = wsStream(t, resp.Url, remotecommand.StreamOptions{Stdin: strings.NewReader("x"), Stdout: io.Discard})
+		if err == nil {
+			t.Fatal("a used URL streamed again")
+		}
+	})
+	t.Run("exit code", func(t *testing.T) {
+		resp, err := s.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: "c1", Cmd: []string{"exit", "7"}, Stdout: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		err = wsStream(t, resp.Url, remotecommand.StreamOptions{Stdout: &out})
+		var exit clientexec.CodeExitError
+		if !errors.As(err, &exit) || exit.ExitStatus() != 7 {
+			t.Fatalf("err %v (%T), want exit code 7", err, err)
+		}
+		if out.String() != "ran exit 7 in c1\n" {
+			t.Fatalf("stdout %q", out.String())
+		}
+	})
+	t.Run("tty and resize", func(t *testing.T) {
+		s := startServer(t, Deps{Containers: ctrs, Pods: fakePods{}, Exec: ttyExec{}})
+		resp, err := s.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: "c1", Cmd: []string{"sh"}, Tty: true, Stdin: true, Stdout: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		err = wsStream(t, resp.Url, remotecommand.StreamOptions{
+			Stdin: strings.NewReader("typed"), Stdout: &out, Tty: true, TerminalSizeQueue: &oneSize{},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "size 100x40\r\ntyped"; out.String() != want {
+			t.Fatalf("stdout %q, want %q", out.String(), want)
+		}
+	})
+	t.Run("unknown token", func(t *testing.T) {
+		u, _ := url.Parse(s.URL())
+		u.Path = "/exec/nosuchtoken"
+		if err := wsStream(t, u.String(), remotecommand.StreamOptions{Stdout: io.Discard}); err == nil || !strings.Contains(err.Error(), "404") {
+			t.Fatalf("unknown token: %v, want a 404", err)
+		}
+	})
+	t.Run("SPDY unchanged", func(t *testing.T) {
+		resp, err := s.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: "c1", Cmd: []string{"exit", "3"}, Stdout: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		u, _ := url.Parse(resp.Url)
+		e, err := remotecommand.NewSPDYExecutor(wsConfig(), "POST", u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		err = e.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out})
+		var exit clientexec.CodeExitError
+		if !errors.As(err, &exit) || exit.ExitStatus() != 3 || out.String() != "ran exit 3 in c1\n" {
+			t.Fatalf("err %v stdout %q", err, out.String())
+		}
+	})
+}
+
+// TestWebSocketAttach attaches over v5 to a "container" played by the
+// test: it reads the stdin FIFO and answers on the output pipe.
+func TestWebSocketAttach(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "stdin")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	in, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outR.Close()
+	defer outW.Close()
+	go func() {
+		sc := bufio.NewScanner(in)
+		for sc.Scan() {
+			fmt.Fprintf(outW, "got %s\n", sc.Text())
+		}
+	}()
+	ctrs := &fakeContainers{}
+	ctrs.set(Target{ID: "a1", Running: true, Stdin: true, StdinPath: fifo})
+	s := startServer(t, Deps{Containers: ctrs, Pods: fakePods{}, Stdio: NewStdio(StdioConfig{Store: &memStore{}}), Output: &pipeOutput{r: outR}})
+	resp, err := s.Attach(context.Background(), &runtimeapi.AttachRequest{ContainerId: "a1", Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Input is held back until the output is followed, so the answer
+	// cannot come before the session listens for it.
+	stdinR, stdinW := io.Pipe()
+	out := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- wsStream(t, resp.Url, remotecommand.StreamOptions{Stdin: stdinR, Stdout: out, Stderr: io.Discard})
+	}()
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		io.WriteString(stdinW, "hello\n")
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "got hello\n") {
+		select {
+		case err := <-done:
+			t.Fatalf("session ended early: %v (stdout %q)", err, out.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stdout %q, want the container's answer", out.String())
+		}
+	}
+	// Without stdin_once the session ends with the client's stdin.
+	stdinW.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("session did not end with the client's stdin")
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestWebSocketPortForward forwards through client-go's SPDY-over-websocket
+// dialer into a pod network namespace (root), as critest does.
+func TestWebSocketPortForward(t *testing.T) {
+	ns := podNetNS(t)
+	port := podServer(t, ns)
+	s := startServer(t, Deps{Containers: &fakeContainers{}, Pods: fakePods{"pod1": ns}})
+	resp, err := s.PortForward(context.Background(), &runtimeapi.PortForwardRequest{PodSandboxId: "pod1", Port: []int32{port}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(resp.Url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialer, err := portforward.NewSPDYOverWebsocketDialerForStreaming(u, wsConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, ready := make(chan struct{}), make(chan struct{})
+	var pfOut, pfErr lockedBuffer
+	pf, err := portforward.NewForStreaming(dialer, []string{fmt.Sprintf("0:%d", port), fmt.Sprintf("0:%d", port+1)}, stop, ready, &pfOut, &pfErr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwdDone := make(chan error, 1)
+	go func() { fwdDone <- pf.ForwardPorts() }()
+	defer close(stop)
+	select {
+	case <-ready:
+	case err := <-fwdDone:
+		t.Fatalf("forward: %v (stderr %q)", err, pfErr.String())
+	case <-time.After(10 * time.Second):
+		t.Fatalf("forward not ready (stderr %q)", pfErr.String())
+	}
+	ports, err := pf.GetPorts()
+	if err != nil || len(ports) != 2 {
+		t.Fatalf("ports %v %v", ports, err)
+	}
+	local := fmt.Sprintf("127.0.0.1:%d", ports[0].Local)
+
+	t.Run("download", func(t *testing.T) {
+		c, err := net.Dial("tcp", local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write([]byte{'D'})
+		got, n := digest(c)
+		want, _ := digest(io.LimitReader(newPRNG(), moveSize))
+		if n != moveSize || got != want {
+			t.Fatalf("got %d bytes sha %s, want %d bytes sha %s", n, got, moveSize, want)
+		}
+	})
+	t.Run("upload", func(t *testing.T) {
+		c, err := net.Dial("tcp", local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		go func() {
+			c.Write([]byte{'U'})
+			io.Copy(c, io.LimitReader(newPRNG(), moveSize))
+			c.(*net.TCPConn).CloseWrite() // the pod still answers
+		}()
+		got, _ := io.ReadAll(c)
+		want, _ := digest(io.LimitReader(newPRNG(), moveSize))
+		if string(got) != want {
+			t.Fatalf("pod saw sha %q, want %q", got, want)
+		}
+	})
+	t.Run("closed port", func(t *testing.T) {
+		// The pod's refusal comes back on the pair's error stream; client-go
+		// 1.37 then drops the local connection and ends the whole forward.
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", ports[1].Local))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); n != 0 || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read %d %v, want the connection closed", n, err)
+		}
+		select {
+		case err := <-fwdDone:
+			if !errors.Is(err, portforward.ErrLostConnectionToPod) {
+				t.Fatalf("forward ended with %v, want it ended by the error stream", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the error stream did not end the forward")
+		}
+	})
+
+	// The URL is single-use: a second tunnel is refused before any
+	// websocket is set up.
+	d2, err := portforward.NewSPDYOverWebsocketDialerForStreaming(u, wsConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d2.Dial("portforward.k8s.io"); err == nil {
+		t.Fatal("a used port-forward URL was tunnelled again")
+	}
+}
+
+func TestPendingStreams(t *testing.T) {
+	p := &pendingStreams{m: map[string]pendingStream{}}
+	if err := p.add("http://127.0.0.1:1/exec/tok", translator.Options{Stdin: true, Stdout: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.take("/exec/other"); ok {
+		t.Fatal("unknown path taken")
+	}
+	o, ok := p.take("/exec/tok")
+	if !ok || !o.Stdin || !o.Stdout || o.Stderr || o.Tty {
+		t.Fatalf("take: %+v %v", o, ok)
+	}
+	if _, ok := p.take("/exec/tok"); ok {
+		t.Fatal("taken twice")
+	}
+	p.add("http://127.0.0.1:1/attach/old", translator.Options{Stdout: true})
+	p.m["/attach/old"] = pendingStream{expires: time.Now().Add(-time.Second)}
+	if _, ok := p.take("/attach/old"); ok {
+		t.Fatal("expired entry taken")
+	}
+	p.m["/attach/stale"] = pendingStream{expires: time.Now().Add(-time.Second)}
+	p.add("http://127.0.0.1:1/attach/new", translator.Options{Stdout: true})
+	if _, ok := p.m["/attach/stale"]; ok {
+		t.Fatal("expired entries are not pruned")
+	}
+}
