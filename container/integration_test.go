@@ -58,6 +58,7 @@ func TestInHarness(t *testing.T) {
 	t.Run("OOMKilled", func(t *testing.T) { ie.oom(ctx, t) })
 	t.Run("CrunHandler", func(t *testing.T) { ie.crun(ctx, t) })
 	t.Run("LogRelayKilled", func(t *testing.T) { ie.relayKilled(ctx, t) })
+	t.Run("FastPaths", func(t *testing.T) { ie.fastPaths(ctx, t) })
 	t.Run("Lifecycle200", func(t *testing.T) { ie.churn(ctx, t, 200) })
 }
 

@@ -115,6 +115,7 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	defer cancel()
 	startErr := m.sd.StartTransientUnit(sctx, r.Unit, props)
 	if startErr == nil {
+		m.captureInit(c)
 		m.publish(runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT, id, r.PodID)
 		return nil
 	}
@@ -257,32 +258,50 @@ func (m *Manager) refreshLocked(ctx context.Context, c *ctr, active string) {
 	if r == nil || r.State != StateRunning {
 		return
 	}
-	var props map[string]any
-	state := ""
-	if active != "" {
-		state = active
-	} else {
+	state := active
+	if active == "" {
 		// ActiveState lives on the Unit interface, the exit details on
 		// the Service one.
 		p, err := m.sd.UnitProperties(ctx, r.Unit, "Unit")
 		switch {
 		case errors.Is(err, errdefs.ErrNotFound):
-			state = "gone"
+			state = unitGoneState
 		case err != nil:
 			return // systemd unreachable: keep what we know
 		default:
 			state, _ = p["ActiveState"].(string)
 		}
+		if state == "active" && c.init.pid == 0 {
+			// After a podunit restart: learn the init so that the next
+			// status read needs no D-Bus call.
+			m.captureInit(c)
+		}
+	}
+	m.settleLocked(ctx, c, state, nil)
+}
+
+// unitGoneState stands for "systemd has no such unit" where an
+// ActiveState is expected.
+const unitGoneState = "gone"
+
+// settleLocked moves a RUNNING record to EXITED unless state (the unit's
+// ActiveState, or unitGoneState) says it still runs. svc, when the caller
+// has them, are the unit's Service properties: the exit details systemd
+// keeps for a loaded unit.
+func (m *Manager) settleLocked(ctx context.Context, c *ctr, state string, svc map[string]any) {
+	r := c.rec
+	if r == nil || r.State != StateRunning {
+		return
 	}
 	switch state {
 	case "active", "activating", "deactivating", "reloading":
 		return
 	}
 	rec, err := exitrec.Read(m.stateDir(r.ID))
-	if err != nil && state != "gone" {
+	if err != nil && state != unitGoneState && svc == nil {
 		// Inactive but still loaded and no record: ask systemd.
 		if p, perr := m.sd.UnitProperties(ctx, r.Unit, "Service"); perr == nil {
-			props = p
+			svc = p
 		}
 	}
 	m.flushLog(ctx, r)
@@ -293,9 +312,9 @@ func (m *Manager) refreshLocked(ctx context.Context, c *ctr, active string) {
 		n.FinishedAt = rec.FinishedAt
 		n.ExitCode = rec.Status()
 		n.Reason = reason(n.ExitCode, rec.OOMKilled)
-	case props != nil:
+	case svc != nil && state != unitGoneState:
 		n.FinishedAt = time.Now().UnixNano()
-		n.ExitCode, n.Reason = fromUnitProps(props)
+		n.ExitCode, n.Reason = fromUnitProps(svc)
 	default:
 		// Unit gone without a record: the recorder could not run (state
 		// dir unwritable, podunit binary replaced). Say so, not "0".
@@ -307,6 +326,7 @@ func (m *Manager) refreshLocked(ctx context.Context, c *ctr, active string) {
 		m.opts.Logger.Warn("record container exit", "container", r.ID, "err", err)
 	}
 	c.rec = n
+	c.init = initProc{}
 	// Every running → exited transition passes here (a status read, a
 	// stop, a unit signal, recovery), so STOPPED is published exactly once.
 	m.publish(runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, r.ID, r.PodID)

@@ -26,6 +26,9 @@ type ctr struct {
 	podID string // immutable, readable under Manager.mu alone
 	mu    sync.Mutex
 	rec   *record
+	// init is the running container's init once known (zero otherwise):
+	// it lets a status read answer without systemd (fastpath.go).
+	init initProc
 }
 
 // Manager creates, runs and removes containers.
@@ -37,6 +40,8 @@ type Manager struct {
 	rts  map[string]Runtime
 	logs Logs      // may be nil
 	evs  Publisher // may be nil
+	// procRoot is where /proc is (tests point it at a fake one).
+	procRoot string
 
 	mu    sync.RWMutex
 	ctrs  map[string]*ctr
@@ -62,7 +67,7 @@ func New(opts Options, deps Deps) (*Manager, error) {
 	}
 	return &Manager{
 		opts: opts, sd: deps.Systemd, imgs: deps.Images, pods: deps.Pods, rts: deps.Runtimes, logs: deps.Logs, evs: deps.Events,
-		ctrs: map[string]*ctr{}, names: map[string]string{},
+		procRoot: "/proc", ctrs: map[string]*ctr{}, names: map[string]string{},
 	}, nil
 }
 
@@ -360,13 +365,20 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 		}
 	}
 	r := c.rec
-	if err := m.sd.StopUnit(ctx, r.Unit); err != nil {
-		return fmt.Errorf("remove container %s: unit: %w", id, err)
+	// An exited container's unit is usually collected already (systemd
+	// drops it once ExecStopPost is done): then stop and reset-failed
+	// have nothing to do, and one listing is cheaper than both.
+	if !m.unitGone(ctx, r.Unit) {
+		if err := m.sd.StopUnit(ctx, r.Unit); err != nil {
+			return fmt.Errorf("remove container %s: unit: %w", id, err)
+		}
+		if err := m.sd.ResetFailedUnit(ctx, r.Unit); err != nil {
+			return fmt.Errorf("remove container %s: unit: %w", id, err)
+		}
 	}
-	if err := m.sd.ResetFailedUnit(ctx, r.Unit); err != nil {
-		return fmt.Errorf("remove container %s: unit: %w", id, err)
-	}
-	if rt, err := m.runtime(r.Handler); err == nil {
+	// The unit is gone, so its recorder is done; when its `delete` left
+	// nothing behind there is no runtime to fork.
+	if rt, err := m.runtime(r.Handler); err == nil && !runtimeStateGone(rt, id) {
 		if err := rt.Delete(ctx, id, true); err != nil {
 			return fmt.Errorf("remove container %s: runtime state: %w", id, err)
 		}

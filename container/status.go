@@ -3,6 +3,7 @@ package container
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -79,13 +80,22 @@ func (r *record) criContainer() *runtimeapi.Container {
 // Status reports a container, resolving a finished unit into EXITED with
 // its recorded exit code. verbose adds "info": unit, main PID, bundle and
 // OCI spec as JSON.
+//
+// A running container whose init provably still runs is answered without
+// systemd (fastpath.go); the verbose form asks systemd once, for all of
+// the unit's properties, and resolves the state from the same answer.
 func (m *Manager) Status(ctx context.Context, id string, verbose bool) (*runtimeapi.ContainerStatus, map[string]string, error) {
 	c, err := m.lookup(id)
 	if err != nil {
 		return nil, nil, err
 	}
+	var unit map[string]any
 	c.mu.Lock()
-	m.refreshLocked(ctx, c, "")
+	if verbose {
+		unit = m.refreshVerboseLocked(ctx, c)
+	} else {
+		m.refreshStatusLocked(ctx, c)
+	}
 	r := c.rec
 	c.mu.Unlock()
 	if r == nil {
@@ -99,14 +109,10 @@ func (m *Manager) Status(ctx context.Context, id string, verbose bool) (*runtime
 		"id": r.ID, "sandboxID": r.PodID, "unit": r.Unit, "slice": r.Slice,
 		"runtimeHandler": r.Handler, "bundle": m.bundleDir(r.ID), "state": r.State,
 	}
-	if r.State == StateRunning {
-		if p, err := m.sd.UnitProperties(ctx, r.Unit, "Service"); err == nil {
-			info["pid"] = p["MainPID"]
-		}
-		if p, err := m.sd.UnitProperties(ctx, r.Unit, "Unit"); err == nil {
-			info["activeState"] = p["ActiveState"]
-			info["subState"] = p["SubState"]
-		}
+	if r.State == StateRunning && unit != nil {
+		info["pid"] = unit["MainPID"]
+		info["activeState"] = unit["ActiveState"]
+		info["subState"] = unit["SubState"]
 	}
 	if b, err := os.ReadFile(m.bundleDir(r.ID) + "/config.json"); err == nil {
 		info["runtimeSpec"] = json.RawMessage(b)
@@ -116,6 +122,31 @@ func (m *Manager) Status(ctx context.Context, id string, verbose bool) (*runtime
 		return nil, nil, fmt.Errorf("container %s: verbose info: %w", id, err)
 	}
 	return st, map[string]string{"info": string(b)}, nil
+}
+
+// refreshVerboseLocked resolves a RUNNING record from one read of all the
+// unit's properties (Unit and Service interfaces) and returns them for the
+// verbose info; nil when the container does not run or systemd did not
+// answer.
+func (m *Manager) refreshVerboseLocked(ctx context.Context, c *ctr) map[string]any {
+	r := c.rec
+	if r == nil || r.State != StateRunning {
+		return nil
+	}
+	p, err := m.sd.UnitProperties(ctx, r.Unit, "Service")
+	switch {
+	case errors.Is(err, errdefs.ErrNotFound):
+		m.settleLocked(ctx, c, unitGoneState, nil)
+		return nil
+	case err != nil:
+		return nil // systemd unreachable: keep what we know
+	}
+	state, _ := p["ActiveState"].(string)
+	if state == "active" && c.init.pid == 0 {
+		m.captureInit(c)
+	}
+	m.settleLocked(ctx, c, state, p)
+	return p
 }
 
 // lookup accepts a full ID or a unique prefix of one, like crictl.

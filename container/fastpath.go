@@ -1,0 +1,195 @@
+package container
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/podunit/podunit/oci"
+)
+
+// Local answers that spare a D-Bus round trip (or a runtime fork) when
+// the evidence on this host is conclusive; any doubt takes the systemd
+// path. See docs/containers.md, "Fast paths".
+
+// initProc identifies a running container's init: its PID and the kernel's
+// start time of that process, which a recycled PID cannot share.
+type initProc struct {
+	pid   int
+	start uint64 // /proc/<pid>/stat field 22, clock ticks since boot
+}
+
+// procState is what /proc/<pid>/stat says about one process.
+type procState struct {
+	state byte // R, S, D, Z, X, ...
+	start uint64
+}
+
+// readProcStat reads the state and start time of pid under procRoot.
+func readProcStat(procRoot string, pid int) (procState, error) {
+	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return procState{}, err
+	}
+	return parseProcStat(b)
+}
+
+var errProcStat = errors.New("malformed /proc/<pid>/stat")
+
+// parseProcStat parses "pid (comm) state ppid ... starttime ...". comm may
+// hold spaces and parentheses, so the fields start after the last ')'.
+func parseProcStat(b []byte) (procState, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procState{}, errProcStat
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state), so field 22 (starttime) is f[19].
+	if len(f) < 20 || len(f[0]) != 1 {
+		return procState{}, errProcStat
+	}
+	start, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return procState{}, errProcStat
+	}
+	return procState{state: f[0][0], start: start}, nil
+}
+
+// live reports whether the process can still be the container's init: a
+// zombie has exited, whatever its parent has not collected yet.
+func (p procState) live() bool { return p.state != 'Z' && p.state != 'X' && p.state != 'x' }
+
+// captureInit learns the init of r's running unit: the PID the runtime
+// wrote to the unit's PIDFile, taken only if that process lives in the
+// container's own cgroup (below the unit, whose name holds the container
+// ID), which rules out a recycled PID and a /proc of another PID
+// namespace. Callers know the unit was active a moment ago.
+func (m *Manager) captureInit(c *ctr) {
+	r := c.rec
+	c.init = initProc{}
+	b, err := os.ReadFile(m.pidFile(r.ID))
+	if err != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return
+	}
+	st, err := readProcStat(m.procRoot, pid)
+	if err != nil || !st.live() {
+		return
+	}
+	cg, err := os.ReadFile(filepath.Join(m.procRoot, strconv.Itoa(pid), "cgroup"))
+	if err != nil || !inContainerCgroup(cg, r.Unit) {
+		return
+	}
+	// Read the start time again: the cgroup file must describe the same
+	// process the first read saw.
+	if again, err := readProcStat(m.procRoot, pid); err != nil || again != st {
+		return
+	}
+	c.init = initProc{pid: pid, start: st.start}
+}
+
+// inContainerCgroup reports whether a /proc/<pid>/cgroup listing puts the
+// process in the container cgroup below unit (the spec's cgroupsPath is
+// <slice path>/<unit>/container), in any hierarchy.
+func inContainerCgroup(listing []byte, unit string) bool {
+	want := "/" + unit + "/container"
+	for _, line := range strings.Split(string(listing), "\n") {
+		// hierarchy-ID:controllers:path
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && strings.HasSuffix(parts[2], want) {
+			return true
+		}
+	}
+	return false
+}
+
+// initRunning reports whether local evidence proves c's RUNNING container
+// still runs: no exit record yet (ExecStopPost writes it once the init is
+// gone) and the init recorded at start is alive and is the same process.
+// False means "ask systemd", never "exited".
+func (m *Manager) initRunning(c *ctr) bool {
+	r := c.rec
+	if r == nil || r.State != StateRunning || c.init.pid == 0 {
+		return false
+	}
+	if _, err := os.Lstat(m.exitFile(r.ID)); !errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	st, err := readProcStat(m.procRoot, c.init.pid)
+	return err == nil && st.live() && st.start == c.init.start
+}
+
+// refreshStatusLocked is refreshLocked for a status read: a container
+// whose init provably runs is answered from memory.
+func (m *Manager) refreshStatusLocked(ctx context.Context, c *ctr) {
+	if m.initRunning(c) {
+		return
+	}
+	m.refreshLocked(ctx, c, "")
+}
+
+// unitGone reports whether systemd has no unit of that name loaded, so
+// stopping and resetting it would do nothing. Listing by name does not
+// make systemd load a stub the way a property read or a stop does. Any
+// error or listed unit (even a not-found stub) means "not known gone".
+func (m *Manager) unitGone(ctx context.Context, unit string) bool {
+	units, err := m.sd.ListUnits(ctx, unit)
+	return err == nil && len(units) == 0
+}
+
+// stateDirRuntime is a Runtime that can tell where it keeps a container's
+// state, so Remove can see the recorder's `delete` already did its work.
+type stateDirRuntime interface {
+	// StateDir is the container's state directory, "" if unknown.
+	StateDir(id string) string
+}
+
+// StateDir is <root>/<id> for runc and crun alike.
+func (r ociRuntime) StateDir(id string) string {
+	cli, ok := r.Runtime.(interface{ Config() oci.CLIConfig })
+	if !ok || cli.Config().Root == "" || !validID(id) {
+		return ""
+	}
+	return filepath.Join(cli.Config().Root, id)
+}
+
+// runtimeStateGone reports whether the runtime certainly holds no state
+// for id: its root exists (so it is the right place to look) and has no
+// entry for the container. runc and crun remove that directory last when
+// deleting, so its absence means a `delete` would do nothing.
+func runtimeStateGone(rt Runtime, id string) bool {
+	sr, ok := rt.(stateDirRuntime)
+	if !ok {
+		return false
+	}
+	dir := sr.StateDir(id)
+	if dir == "" {
+		return false
+	}
+	if fi, err := os.Stat(filepath.Dir(dir)); err != nil || !fi.IsDir() {
+		return false
+	}
+	_, err := os.Lstat(dir)
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// validID: container IDs are hex; anything else must not become a path.
+func validID(id string) bool {
+	if id == "" {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,371 @@
+package container
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/podunit/podunit/exitrec"
+	"github.com/podunit/podunit/oci"
+	"github.com/podunit/podunit/systemd"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+const fakeInitPID = 4242
+
+// procEnv is an env whose manager reads a fake /proc, and whose fake
+// systemd writes the unit's PID file on start as the runtime would.
+type procEnv struct {
+	*env
+	proc string
+}
+
+func newProcEnv(t *testing.T) *procEnv {
+	e := &procEnv{env: newEnv(t), proc: filepath.Join(t.TempDir(), "proc")}
+	e.m.procRoot = e.proc
+	e.sd.StartFunc = func(u *systemd.FakeUnit) systemd.JobResult {
+		id := idOfUnit(u.Name)
+		if err := os.WriteFile(filepath.Join(e.opts.RunDir, id, "pid"), []byte(strconv.Itoa(fakeInitPID)), 0o644); err != nil {
+			t.Error(err)
+		}
+		return systemd.JobDone
+	}
+	return e
+}
+
+// setProc makes /proc/<pid> describe a process in state st started at
+// start, in cgroup cg ("" removes the process).
+func (e *procEnv) setProc(pid int, st byte, start uint64, cg string) {
+	e.t.Helper()
+	dir := filepath.Join(e.proc, strconv.Itoa(pid))
+	if cg == "" {
+		os.RemoveAll(dir)
+		return
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		e.t.Fatal(err)
+	}
+	stat := fmt.Sprintf("%d (sh) %c 1 %d %d 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 %d 1000 100", pid, st, pid, pid, start)
+	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(cg), 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// containerCgroup is /proc/<pid>/cgroup of a container's init on a
+// hybrid host, as runc leaves it.
+func containerCgroup(id string) string {
+	p := systemd.SlicePath("kubepods-besteffort-pod1.slice") + "/" + unitName(id) + "/container"
+	return "12:memory:" + p + "\n1:name=systemd:" + p + "\n0::" + p + "\n"
+}
+
+// callsSince returns the systemd calls made after the first n.
+func (e *procEnv) callsSince(n int) []string { return e.sd.Calls[n:] }
+
+// started creates and starts a container whose init is a live process.
+func (e *procEnv) started(name string) string {
+	e.t.Helper()
+	id := e.create("pod1", name)
+	e.setProc(fakeInitPID, 'S', 1000, containerCgroup(id))
+	if err := e.m.Start(ctx, id); err != nil {
+		e.t.Fatal(err)
+	}
+	return id
+}
+
+func TestStatusOfRunningContainerNeedsNoSystemd(t *testing.T) {
+	e := newProcEnv(t)
+	id := e.started("app")
+	n := len(e.sd.Calls)
+	for i := 0; i < 3; i++ {
+		if st := e.status(id); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+			t.Fatalf("status %v", st)
+		}
+	}
+	if got := e.callsSince(n); len(got) != 0 {
+		t.Errorf("status of a running container with a live init asked systemd: %q", got)
+	}
+}
+
+func TestStatusFallsBackToSystemd(t *testing.T) {
+	for name, tc := range map[string]struct {
+		st    byte
+		start uint64
+		gone  bool
+	}{
+		"init gone":       {gone: true},
+		"pid reused":      {st: 'S', start: 2000},
+		"init is zombie":  {st: 'Z', start: 1000},
+		"init is dead(X)": {st: 'X', start: 1000},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newProcEnv(t)
+			id := e.started("app")
+			cg := containerCgroup(id)
+			if tc.gone {
+				cg = ""
+			}
+			e.setProc(fakeInitPID, tc.st, tc.start, cg)
+			n := len(e.sd.Calls)
+			if st := e.status(id); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+				t.Fatalf("unit still active, status %v", st)
+			}
+			if got := e.callsSince(n); !contains(got, "get "+unitName(id)) {
+				t.Errorf("doubtful init did not ask systemd: %q", got)
+			}
+			// The unit ends: systemd's answer, not the stale init, decides.
+			e.exit(id, &exitrec.Record{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "3", FinishedAt: time.Now().UnixNano()})
+			if st := e.status(id); st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != 3 {
+				t.Errorf("after exit: %v", st)
+			}
+		})
+	}
+}
+
+// An exit record means the init is done even when its PID looks alive.
+func TestStatusExitRecordBeatsLiveProcess(t *testing.T) {
+	e := newProcEnv(t)
+	id := e.started("app")
+	e.exit(id, &exitrec.Record{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "9", FinishedAt: time.Now().UnixNano()})
+	n := len(e.sd.Calls)
+	st := e.status(id)
+	if st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != 9 {
+		t.Errorf("status %v", st)
+	}
+	if got := e.callsSince(n); !contains(got, "get "+unitName(id)) {
+		t.Errorf("calls %q", got)
+	}
+}
+
+// A PID file naming a process outside the container's cgroup (another
+// PID namespace's /proc, a recycled PID) is never trusted.
+func TestInitOutsideContainerCgroupIsNotTrusted(t *testing.T) {
+	e := newProcEnv(t)
+	id := e.create("pod1", "app")
+	e.setProc(fakeInitPID, 'S', 1000, "0::/system.slice/other.service\n")
+	if err := e.m.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		n := len(e.sd.Calls)
+		e.status(id)
+		if got := e.callsSince(n); !contains(got, "get "+unitName(id)) {
+			t.Fatalf("status %d trusted a foreign process: %q", i, got)
+		}
+	}
+}
+
+// After a podunit restart the first status asks systemd and learns the
+// init; the next ones do not ask.
+func TestStatusLearnsInitAfterRestart(t *testing.T) {
+	e := newProcEnv(t)
+	id := e.started("app")
+	m2 := e.newManager()
+	m2.procRoot = e.proc
+	e.m = m2
+	n := len(e.sd.Calls)
+	e.status(id)
+	if got := e.callsSince(n); len(got) != 1 {
+		t.Errorf("first status after restart: %q, want one call", got)
+	}
+	n = len(e.sd.Calls)
+	if st := e.status(id); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("status %v", st)
+	}
+	if got := e.callsSince(n); len(got) != 0 {
+		t.Errorf("second status after restart asked systemd: %q", got)
+	}
+}
+
+func TestVerboseStatusIsOneCall(t *testing.T) {
+	e := newProcEnv(t)
+	id := e.started("app")
+	u := e.sd.Units[unitName(id)]
+	u.Props["MainPID"] = uint32(fakeInitPID)
+	u.Props["SubState"] = "running"
+	n := len(e.sd.Calls)
+	st, info, err := e.m.Status(ctx, id, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.callsSince(n); len(got) != 1 {
+		t.Errorf("verbose status calls %q, want one", got)
+	}
+	var v struct {
+		PID         uint32 `json:"pid"`
+		ActiveState string `json:"activeState"`
+		SubState    string `json:"subState"`
+	}
+	if err := json.Unmarshal([]byte(info["info"]), &v); err != nil {
+		t.Fatal(err)
+	}
+	if st.State != runtimeapi.ContainerState_CONTAINER_RUNNING || v.PID != fakeInitPID || v.ActiveState != "active" || v.SubState != "running" {
+		t.Errorf("verbose %v %+v", st.State, v)
+	}
+
+	// A stopped-but-loaded unit's exit comes from the same answer.
+	u.ActiveState = "failed"
+	u.Props["ExecMainCode"], u.Props["ExecMainStatus"] = int32(1), int32(4)
+	n = len(e.sd.Calls)
+	st, info, err = e.m.Status(ctx, id, true)
+	if err != nil || st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != 4 {
+		t.Fatalf("verbose of failed unit: %v %v", st, err)
+	}
+	if got := e.callsSince(n); len(got) != 1 {
+		t.Errorf("verbose status of failed unit: calls %q, want one", got)
+	}
+	v.PID = 0
+	if err := json.Unmarshal([]byte(info["info"]), &v); err != nil || v.PID != 0 {
+		t.Errorf("exited container has a pid: %d %v", v.PID, err)
+	}
+}
+
+func TestVerboseStatusOfCollectedUnit(t *testing.T) {
+	e := newProcEnv(t)
+	id := e.started("app")
+	e.exit(id, &exitrec.Record{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "2", FinishedAt: time.Now().UnixNano()})
+	st, _, err := e.m.Status(ctx, id, true)
+	if err != nil || st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != 2 {
+		t.Fatalf("%v %v", st, err)
+	}
+}
+
+// rootRuntime is the fake runtime with a state root, like runc's --root.
+type rootRuntime struct {
+	*fakeRuntime
+	root string
+}
+
+func (r rootRuntime) StateDir(id string) string { return filepath.Join(r.root, id) }
+
+func newRootEnv(t *testing.T) (*procEnv, rootRuntime) {
+	e := newProcEnv(t)
+	rt := rootRuntime{fakeRuntime: e.rt, root: filepath.Join(t.TempDir(), "runc")}
+	if err := os.MkdirAll(rt.root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	e.deps.Runtimes = map[string]Runtime{"runc": rt}
+	e.m = e.newManager()
+	e.m.procRoot = e.proc
+	return e, rt
+}
+
+func TestRemoveOfCollectedExitedContainer(t *testing.T) {
+	e, _ := newRootEnv(t)
+	id := e.started("app")
+	e.exit(id, &exitrec.Record{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1", FinishedAt: time.Now().UnixNano()})
+	e.status(id)
+	n := len(e.sd.Calls)
+	if err := e.m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	got := e.callsSince(n)
+	if contains(got, "stop "+unitName(id)) || contains(got, "reset-failed "+unitName(id)) {
+		t.Errorf("remove of a collected unit stopped or reset it: %q", got)
+	}
+	if len(e.rt.deleted) != 0 {
+		t.Errorf("runtime delete ran without runtime state: %q", e.rt.deleted)
+	}
+	e.assertClean()
+}
+
+func TestRemoveKeepsFullPathWhenInDoubt(t *testing.T) {
+	e, rt := newRootEnv(t)
+	// The unit is still loaded (failed, not collected) and the runtime
+	// still has state: both get cleaned up.
+	id := e.started("app")
+	e.sd.Units[unitName(id)].ActiveState = "failed"
+	e.writeExit(id, &exitrec.Record{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1", FinishedAt: time.Now().UnixNano()})
+	if err := os.MkdirAll(filepath.Join(rt.root, id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	e.status(id)
+	n := len(e.sd.Calls)
+	if err := e.m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	got := e.callsSince(n)
+	if !contains(got, "stop "+unitName(id)) || !contains(got, "reset-failed "+unitName(id)) {
+		t.Errorf("loaded unit not stopped and reset: %q", got)
+	}
+	if len(e.rt.deleted) != 1 || e.rt.deleted[0] != id {
+		t.Errorf("runtime state not deleted: %q", e.rt.deleted)
+	}
+	if _, ok := e.sd.Units[unitName(id)]; ok {
+		t.Error("unit left")
+	}
+}
+
+// A runtime whose root is missing gives no evidence: delete runs.
+func TestRuntimeStateGone(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "runc")
+	rt := rootRuntime{fakeRuntime: &fakeRuntime{}, root: root}
+	id := newID()
+	if runtimeStateGone(rt, id) {
+		t.Error("missing root counted as evidence")
+	}
+	if err := os.MkdirAll(filepath.Join(root, id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if runtimeStateGone(rt, id) {
+		t.Error("present state counted as gone")
+	}
+	if !runtimeStateGone(rt, newID()) {
+		t.Error("absent state under an existing root not seen as gone")
+	}
+	if runtimeStateGone(&fakeRuntime{}, id) {
+		t.Error("runtime without a state dir counted as evidence")
+	}
+	cli := FromOCI(oci.NewRunc(oci.CLIConfig{Root: root}))
+	if got := cli.(stateDirRuntime).StateDir(id); got != filepath.Join(root, id) {
+		t.Errorf("runc state dir %q", got)
+	}
+	if got := cli.(stateDirRuntime).StateDir("../x"); got != "" {
+		t.Errorf("state dir of a bad id: %q", got)
+	}
+}
+
+func TestParseProcStat(t *testing.T) {
+	for in, want := range map[string]procState{
+		"1 (init) S 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 42 100 10":             {'S', 42},
+		"7 (a) b) (c) R 1 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 99 100 10":         {'R', 99},
+		"8 (x y) Z 1 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 18446744073709551615 1": {'Z', 18446744073709551615},
+	} {
+		got, err := parseProcStat([]byte(in))
+		if err != nil || got != want {
+			t.Errorf("%q: %+v %v, want %+v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "1 (x", "1 (x) S 1 2", "1 (x) SS 1 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 42", "1 (x) S 1 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 -4"} {
+		if _, err := parseProcStat([]byte(bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	self, err := readProcStat("/proc", os.Getpid())
+	if err != nil || !self.live() || self.start == 0 {
+		t.Errorf("own /proc stat: %+v %v", self, err)
+	}
+}
+
+func TestInContainerCgroup(t *testing.T) {
+	unit := unitName("ab12")
+	for listing, want := range map[string]bool{
+		"0::/a.slice/" + unit + "/container\n":                             true,
+		"12:memory:/a.slice/" + unit + "/container\n0::/\n":                true,
+		"0::/a.slice/" + unit + "\n":                                       false,
+		"0::/a.slice/" + unit + "/.control\n":                              false,
+		"0::/a.slice/podunit-ctr-ab123.service/container\n":                false,
+		"1:name=systemd:/a.slice/x" + unit + "/container\n":                false,
+		"0::/system.slice/other.service\n1:name=systemd:/" + unit + "/x\n": false,
+	} {
+		if got := inContainerCgroup([]byte(listing), unit); got != want {
+			t.Errorf("%q: %v, want %v", listing, got, want)
+		}
+	}
+}
