@@ -8,6 +8,9 @@
 #   PODUNIT_BINARY  podunit binary (default: <repo>/bin/podunit, must exist)
 #   CRITEST_OUT     reports and logs (default /var/tmp/podunit-critest; replaced)
 #   CRITEST_ARGS    extra critest flags, word-split (e.g. -ginkgo.v)
+#   CRITEST_WEBSOCKET=0  skip the second pass that reruns the Streaming specs
+#                   with -websocket-exec -websocket-attach -websocket-portforward
+#                   (it runs when FOCUS is empty or contains "Streaming")
 #   SKIP_IMAGES=1   do not rebuild/push the images (registry must hold them)
 #   KEEP=1          leave harness and podunit running afterwards (debugging only;
 #                   stop them with: test/harness/podunit-harness.sh stop DIR)
@@ -40,6 +43,7 @@ HARNESS=$REPO/test/harness/podunit-harness.sh
 : "${PODUNIT_BINARY:=$REPO/bin/podunit}"
 : "${CRITEST_OUT:=/var/tmp/podunit-critest}"
 : "${CRITEST_ARGS:=}"
+: "${CRITEST_WEBSOCKET:=1}"
 : "${SKIP_IMAGES:=0}"
 : "${KEEP:=0}"
 
@@ -194,6 +198,41 @@ jq -r '.[0].SpecReports[] | select(.LeafNodeType == "It")
 
 rrc=0
 bash "$KIT_DIR/ratchet.sh" "$CRITEST_OUT/specs.tsv" "$EXPECTED" "$FOCUS" || rrc=$?
+
+# The Streaming specs again over client-go's websocket transports (exec and
+# attach on v5.channel.k8s.io, port-forward as SPDY tunnelled in a
+# websocket). The spec names are the same, so this pass is a run of its own
+# (reports in $CRITEST_OUT/websocket) judged by the same list.
+ws_focus=""
+if [[ $CRITEST_WEBSOCKET == 1 ]]; then
+	if [[ -z $FOCUS ]]; then ws_focus=Streaming; elif [[ $FOCUS == *Streaming* ]]; then ws_focus=$FOCUS; fi
+fi
+if [[ -n $ws_focus ]]; then
+	WS=$CRITEST_OUT/websocket
+	mkdir -p "$WS"
+	ws_args=(-runtime-endpoint "$ENDPOINT" -image-endpoint "$ENDPOINT"
+		-ginkgo.focus="$ws_focus" -ginkgo.skip="$DIGEST_SPEC" -ginkgo.no-color -ginkgo.timeout=10m
+		-ginkgo.json-report="$WS/report.json" -websocket-exec -websocket-attach -websocket-portforward)
+	# shellcheck disable=SC2206
+	[[ -n $CRITEST_ARGS ]] && ws_args+=($CRITEST_ARGS)
+	log "websocket pass: critest ${ws_args[*]}  (log: $WS/critest.log)"
+	env -u http_proxy -u HTTP_PROXY -u https_proxy -u HTTPS_PROXY TMPDIR="$BASE/tmp" \
+		critest "${ws_args[@]}" >"$WS/critest.log" 2>&1 || true
+	grep -E '^\s*\[FAIL\]' "$WS/critest.log" | sort -u | sed 's/^ */  websocket: /' || true
+	if [[ -s $WS/report.json ]]; then
+		jq -r '.[0].SpecReports[] | select(.LeafNodeType == "It")
+			| [.State, ((.ContainerHierarchyTexts + [.LeafNodeText]) | join(" ")),
+			   ((.Failure.Message // "") | gsub("[\t\n]"; " "))] | @tsv' \
+			"$WS/report.json" >"$WS/specs.tsv"
+		bash "$KIT_DIR/ratchet.sh" "$WS/specs.tsv" "$EXPECTED" "$ws_focus" | sed 's/^ratchet:/ratchet (websocket):/' || rrc=1
+		awk -F'\t' '$1 == "passed" {p++} $1 ~ /^(failed|panicked|interrupted|aborted|timedout)$/ {f++}
+			END {printf "critest websocket pass: %d passed, %d failed\n", p, f}' "$WS/specs.tsv"
+	else
+		tail -n 20 "$WS/critest.log" >&2
+		log "ERROR: the websocket pass wrote no report"
+		rrc=1
+	fi
+fi
 # the summary must be the last line: tear down first, quietly, into a log
 trap - EXIT INT TERM
 summary=$(awk -F'\t' '
