@@ -4,9 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/url"
 	"os"
@@ -368,4 +375,60 @@ func TestPendingStreams(t *testing.T) {
 	if _, ok := p.m["/attach/stale"]; ok {
 		t.Fatal("expired entries are not pruned")
 	}
+}
+
+// TestWebSocketTLS: clients come with TLS, the in-process hop stays plain.
+func TestWebSocketTLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := selfSigned(t, dir)
+	ctrs := &fakeContainers{}
+	ctrs.set(Target{ID: "c1", Running: true})
+	s, err := New(Config{TLSCert: certFile, TLSKey: keyFile}, Deps{Containers: ctrs, Pods: fakePods{}, Exec: &fakeExec{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve()
+	defer s.Close()
+	resp, err := s.Exec(context.Background(), &runtimeapi.ExecRequest{ContainerId: "c1", Cmd: []string{"exit", "5"}, Stdout: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(resp.Url, "https://") {
+		t.Fatalf("url %q", resp.Url)
+	}
+	var out bytes.Buffer
+	err = wsStream(t, resp.Url, remotecommand.StreamOptions{Stdout: &out})
+	var exit clientexec.CodeExitError
+	if !errors.As(err, &exit) || exit.ExitStatus() != 5 || out.String() != "ran exit 5 in c1\n" {
+		t.Fatalf("err %v stdout %q", err, out.String())
+	}
+}
+
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "podunit-test"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
+	return certFile, keyFile
 }
