@@ -36,6 +36,7 @@ export RUN_HARNESS ?= /var/lib/podunit-harness
 
 build:
 	go build -o $(BIN) ./cmd/podunit
+	go build -o $(dir $(BIN))podunit-logrelay ./cmd/podunit-logrelay
 
 ## ---------------------------------------------------------------- run ----
 

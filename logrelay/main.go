@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/activation"
@@ -22,8 +23,8 @@ import (
 	"github.com/podunit/podunit/systemd"
 )
 
-// Main is `podunit _logrelay --socket PATH --state-dir DIR`, the process
-// of podunit-logrelay.service.
+// Main is `podunit-logrelay` (or `podunit _logrelay`) `--socket PATH
+// --state-dir DIR`, the process of podunit-logrelay.service.
 func Main(args []string) int {
 	fs := flag.NewFlagSet("_logrelay", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -71,6 +72,19 @@ func Main(args []string) int {
 	return 0
 }
 
+// BinaryName is the relay's own small binary, installed next to podunit.
+const BinaryName = "podunit-logrelay"
+
+// Command is how the relay is run: the small binary next to self (the
+// podunit binary) when there is one, else `self _logrelay`.
+func Command(self string) []string {
+	small := filepath.Join(filepath.Dir(self), BinaryName)
+	if st, err := os.Stat(small); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		return []string{small}
+	}
+	return []string{self, "_logrelay"}
+}
+
 // UnitProperties describe the relay's transient service: self is the
 // podunit binary.
 func UnitProperties(self, socket, stateDir string) []systemd.Property {
@@ -81,7 +95,7 @@ func UnitProperties(self, socket, stateDir string) []systemd.Property {
 		p("Description", "podunit log relay: container stdout/stderr pipes to journald"),
 		p("Type", "notify"),
 		p("NotifyAccess", "main"),
-		sddbus.PropExecStart([]string{self, "_logrelay", "--socket", socket, "--state-dir", stateDir}, false),
+		sddbus.PropExecStart(append(Command(self), "--socket", socket, "--state-dir", stateDir), false),
 		// Four descriptors per running container.
 		p("FileDescriptorStoreMax", uint32(65536)),
 		p("LimitNOFILE", uint64(1048576)),

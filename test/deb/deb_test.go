@@ -103,6 +103,10 @@ func TestDebInstallsAndServes(t *testing.T) {
 		if v := h.MustExec("/usr/bin/podunit", "version"); !strings.HasPrefix(v, "podunit 0.1.0") {
 			t.Errorf("/usr/bin/podunit version = %q", v)
 		}
+		// podunit started the node's log relay from the package's small binary
+		if es := h.MustExec("systemctl", "show", "-p", "ExecStart", "podunit-logrelay.service"); !strings.Contains(es, "path=/usr/bin/podunit-logrelay ") {
+			t.Errorf("podunit-logrelay.service ExecStart = %q, want /usr/bin/podunit-logrelay", es)
+		}
 		man := h.MustExec("sh", "-c", "zcat /usr/share/man/man8/podunit.8.gz")
 		for _, want := range []string{".TH PODUNIT 8", ".SS podunit ps", "podunit.toml.d"} {
 			if !strings.Contains(man, want) {
