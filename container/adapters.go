@@ -91,7 +91,9 @@ func (m *Manager) StreamTarget(ctx context.Context, id string) (streaming.Target
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	m.refreshLocked(ctx, c, "")
+	// Attach polls this for the container's exit: no D-Bus call while the
+	// init provably runs.
+	m.refreshStatusLocked(ctx, c)
 	r := c.rec
 	rt, err := m.runtime(r.Handler)
 	if err != nil {

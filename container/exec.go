@@ -76,7 +76,7 @@ func (m *Manager) running(ctx context.Context, id string) (*record, Runtime, err
 		return nil, nil, err
 	}
 	c.mu.Lock()
-	m.refreshLocked(ctx, c, "")
+	m.refreshStatusLocked(ctx, c)
 	r := c.rec
 	c.mu.Unlock()
 	if r == nil {
