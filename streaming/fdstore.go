@@ -7,7 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/fdstore"
 )
 
 // Names of the descriptors podunit parks in its own fd store. systemd
@@ -40,62 +40,11 @@ func SplitActivationFiles(files []*os.File) (stored, rest []*os.File) {
 }
 
 // FDStore keeps descriptors across restarts of podunit.
-type FDStore interface {
-	Store(name string, f *os.File) error
-	Remove(name string) error
-}
+type FDStore = fdstore.Store
 
-// NotifyFDStore is systemd's fd store of the service podunit runs in,
-// reached through $NOTIFY_SOCKET (FileDescriptorStoreMax= must be set on
-// podunit.service). go-systemd's SdNotify cannot pass descriptors, hence
-// this small sender.
-type NotifyFDStore struct {
-	// Socket overrides $NOTIFY_SOCKET (tests).
-	Socket string
-}
-
-// Store sends FDSTORE=1 with FDPOLL=0: systemd must not drop a FIFO whose
-// reader has not opened it yet, or a terminal whose container has exited
-// but not been removed; Remove drops them explicitly.
-func (s NotifyFDStore) Store(name string, f *os.File) error {
-	var ferr error
-	err := control(f, func(fd int) error {
-		ferr = s.send("FDSTORE=1\nFDPOLL=0\nFDNAME="+name, []int{fd})
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return ferr
-}
-
-func (s NotifyFDStore) Remove(name string) error {
-	return s.send("FDSTOREREMOVE=1\nFDNAME="+name, nil)
-}
-
-func (s NotifyFDStore) send(state string, fds []int) error {
-	path := s.Socket
-	if path == "" {
-		path = os.Getenv("NOTIFY_SOCKET")
-	}
-	if path == "" {
-		return fmt.Errorf("no NOTIFY_SOCKET: not running under systemd: %w", errdefs.ErrUnavailable)
-	}
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("sd_notify: %w", err)
-	}
-	defer unix.Close(fd)
-	var oob []byte
-	if len(fds) > 0 {
-		oob = unix.UnixRights(fds...)
-	}
-	// SockaddrUnix maps a leading '@' to the abstract namespace.
-	if err := unix.Sendmsg(fd, []byte(state), oob, &unix.SockaddrUnix{Name: path}, 0); err != nil {
-		return fmt.Errorf("sd_notify %q: %w", strings.SplitN(state, "\n", 2)[0], err)
-	}
-	return nil
-}
+// NotifyFDStore is systemd's fd store of the service podunit runs in
+// (FileDescriptorStoreMax= must be set on podunit.service).
+type NotifyFDStore = fdstore.Notify
 
 // adopt re-wraps a descriptor (from systemd or a console socket) as a
 // non-blocking file served by the runtime poller, so reads and writes can
