@@ -208,6 +208,10 @@ func Main(args []string) int {
 	// The record tells podunit the container is done, and podunit then
 	// completes its CRI log from the journal: the relays must have handed
 	// the last output to journald first.
+	// Whatever of the container still runs holds its output pipes open.
+	if n := KillRest(o.CgroupRoot, o.CgroupPath, 5*time.Second); n > 0 {
+		warn("killed %d process(es) left in the unit after the container's main process ended", n)
+	}
 	if o.RelaySocket != "" && o.RelayID != "" {
 		// The relay is outside the unit, so nothing stops it from
 		// finishing: the wait only ends early on a stuck journald.

@@ -2,7 +2,9 @@ package exitrec
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -104,5 +106,42 @@ func TestOOMResultFromSystemd(t *testing.T) {
 	r := FromEnv(func(k string) string { return env[k] }, time.Unix(5, 0))
 	if !r.OOMKilled || r.Status() != 137 || r.FinishedAt != 5e9 {
 		t.Errorf("%+v", r)
+	}
+}
+
+// Processes left in the unit's cgroup are killed, the caller is not.
+func TestKillRestKillsAllButTheCaller(t *testing.T) {
+	root := t.TempDir()
+	unit := "/a.slice/u.service"
+	child := exec.Command("sleep", "30")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Process.Kill()
+	done := make(chan struct{})
+	go func() { child.Wait(); close(done) }()
+	dir := filepath.Join(root, "systemd", unit, "container")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	procs := fmt.Sprintf("%d\n%d\n", os.Getpid(), child.Process.Pid)
+	os.WriteFile(filepath.Join(root, "systemd", unit, "cgroup.procs"), []byte(fmt.Sprintf("%d\n", os.Getpid())), 0o644)
+	os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(procs), 0o644)
+	// A fake cgroupfs does not drop dead processes: clear the file once
+	// the child is gone, as the kernel would.
+	go func() {
+		<-done
+		os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(fmt.Sprintf("%d\n", os.Getpid())), 0o644)
+	}()
+	if n := KillRest(root, unit, 5*time.Second); n != 1 {
+		t.Fatalf("killed %d, want 1", n)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the process left in the unit still runs")
+	}
+	if KillRest(root, "", time.Second) != 0 || KillRest(root, "/no/such.service", time.Second) != 0 {
+		t.Fatal("killed something without a cgroup")
 	}
 }
