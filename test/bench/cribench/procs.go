@@ -138,6 +138,17 @@ func stableSnapshot(harness string) (map[procKey]proc, error) {
 	return b, nil
 }
 
+// ownProcess reports whether a process with this comm belongs to the
+// runtime itself: its daemon, and for podunit the node-wide log relay
+// (comm is cut to 15 bytes: "podunit-logrela"). containerd's shims are
+// per-container overhead, not the daemon.
+func ownProcess(daemon, comm string) bool {
+	if comm == daemon {
+		return true
+	}
+	return daemon == "podunit" && comm == "podunit-logrela"
+}
+
 func densityPoint(count int, base, now map[procKey]proc, pid1 int, daemon string) DensityPoint {
 	d := DensityPoint{Count: count, HarnessProcs: len(now), OverheadComms: map[string]int{}}
 	for k, p := range now {
@@ -146,7 +157,7 @@ func densityPoint(count int, base, now map[procKey]proc, pid1 int, daemon string
 			d.ContainerProcs++
 		case p.PID == pid1:
 			d.PID1RSS, d.PID1PSS = p.RSS, p.PSS
-		case p.Comm == daemon:
+		case ownProcess(daemon, p.Comm):
 			d.DaemonRSS += p.RSS
 			d.DaemonPSS += p.PSS
 		case p.Comm == "systemd-journal":
