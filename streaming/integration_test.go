@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -148,7 +147,7 @@ func TestJournalFollower(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, errb := &syncBuf{}, &syncBuf{}
+	out, errb := &syncBuffer{}, &syncBuffer{}
 	wait, err := JournalFollower{Args: []string{"-D", h.JournalDir()}}.Follow(ctx, Target{ID: id}, out, errb)
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +169,7 @@ func TestJournalFollower(t *testing.T) {
 	t.Cleanup(func() { h.Exec("systemctl", "stop", "jftest2.service") })
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel2()
-	out2 := &syncBuf{}
+	out2 := &syncBuffer{}
 	wait, err = JournalFollower{Args: []string{"-D", h.JournalDir()}}.Follow(ctx2, Target{ID: "jf2"}, out2, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -182,23 +181,6 @@ func TestJournalFollower(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // A TTY container as podunit runs it: a Type=forking transient unit whose

@@ -179,9 +179,7 @@ func (s *Server) Exec(ctx context.Context, req *runtimeapi.ExecRequest) (*runtim
 	if err != nil {
 		return nil, err
 	}
-	if err := s.front.pending.add(resp.GetUrl(), translator.Options{
-		Stdin: req.GetStdin(), Stdout: req.GetStdout(), Stderr: req.GetStderr(), Tty: req.GetTty(),
-	}); err != nil {
+	if err := s.remember(resp.GetUrl(), req); err != nil {
 		return nil, err
 	}
 	return resp, nil
@@ -199,12 +197,23 @@ func (s *Server) Attach(ctx context.Context, req *runtimeapi.AttachRequest) (*ru
 	if err != nil {
 		return nil, err
 	}
-	if err := s.front.pending.add(resp.GetUrl(), translator.Options{
-		Stdin: req.GetStdin(), Stdout: req.GetStdout(), Stderr: req.GetStderr(), Tty: req.GetTty(),
-	}); err != nil {
+	if err := s.remember(resp.GetUrl(), req); err != nil {
 		return nil, err
 	}
 	return resp, nil
+}
+
+// remember keeps the streams a URL was issued for: the websocket front
+// needs them before the library has seen the token.
+func (s *Server) remember(url string, req interface {
+	GetStdin() bool
+	GetStdout() bool
+	GetStderr() bool
+	GetTty() bool
+}) error {
+	return s.front.pending.add(url, translator.Options{
+		Stdin: req.GetStdin(), Stdout: req.GetStdout(), Stderr: req.GetStderr(), Tty: req.GetTty(),
+	})
 }
 
 // PortForward checks that the pod exists and returns a single-use URL.

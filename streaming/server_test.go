@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -144,57 +143,6 @@ func TestAdvertised(t *testing.T) {
 		if got := advertised(a); got != want {
 			t.Errorf("advertised(%s) = %s, want %s", in, got, want)
 		}
-	}
-}
-
-func TestNotifyFDStore(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "notify")
-	lis, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lis.Close()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	defer w.Close()
-	st := NotifyFDStore{Socket: sock}
-	if err := st.Store("podunit-stdin-abc", w); err != nil {
-		t.Fatal(err)
-	}
-	buf := make([]byte, 256)
-	oob := make([]byte, unix.CmsgSpace(4))
-	n, oobn, _, _, err := lis.ReadMsgUnix(buf, oob)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := string(buf[:n]); got != "FDSTORE=1\nFDPOLL=0\nFDNAME=podunit-stdin-abc" {
-		t.Fatalf("state %q", got)
-	}
-	msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
-	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 1 {
-		t.Fatalf("fds %v %v", fds, err)
-	}
-	// The passed descriptor is the pipe's write end.
-	got := os.NewFile(uintptr(fds[0]), "passed")
-	got.Write([]byte("x"))
-	got.Close()
-	b := make([]byte, 1)
-	if _, err := r.Read(b); err != nil || b[0] != 'x' {
-		t.Fatalf("read %q %v", b, err)
-	}
-	if err := st.Remove("podunit-stdin-abc"); err != nil {
-		t.Fatal(err)
-	}
-	n, _, _, _, _ = lis.ReadMsgUnix(buf, oob)
-	if got := string(buf[:n]); got != "FDSTOREREMOVE=1\nFDNAME=podunit-stdin-abc" {
-		t.Fatalf("remove %q", got)
-	}
-	if err := (NotifyFDStore{Socket: ""}).Store("x", w); os.Getenv("NOTIFY_SOCKET") == "" && !errors.Is(err, errdefs.ErrUnavailable) {
-		t.Fatalf("without NOTIFY_SOCKET: %v", err)
 	}
 }
 

@@ -19,7 +19,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -198,7 +197,7 @@ func TestWebSocketAttach(t *testing.T) {
 	// Input is held back until the output is followed, so the answer
 	// cannot come before the session listens for it.
 	stdinR, stdinW := io.Pipe()
-	out := &lockedBuffer{}
+	out := &syncBuffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- wsStream(t, resp.Url, remotecommand.StreamOptions{Stdin: stdinR, Stdout: out, Stderr: io.Discard})
@@ -230,23 +229,6 @@ func TestWebSocketAttach(t *testing.T) {
 	}
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestWebSocketPortForward forwards through client-go's SPDY-over-websocket
 // dialer into a pod network namespace (root), as critest does.
 func TestWebSocketPortForward(t *testing.T) {
@@ -266,7 +248,7 @@ func TestWebSocketPortForward(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop, ready := make(chan struct{}), make(chan struct{})
-	var pfOut, pfErr lockedBuffer
+	var pfOut, pfErr syncBuffer
 	pf, err := portforward.NewForStreaming(dialer, []string{fmt.Sprintf("0:%d", port), fmt.Sprintf("0:%d", port+1)}, stop, ready, &pfOut, &pfErr)
 	if err != nil {
 		t.Fatal(err)
