@@ -2,12 +2,11 @@ package exitrec
 
 import (
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podunit/podunit/unitcgroup"
 )
 
 // KillRest SIGKILLs every process left in the unit's cgroup but the
@@ -22,20 +21,7 @@ import (
 // would wait for nothing. containerd's shim does the same kill-all when a
 // container's init exits; systemd would SIGKILL them right after.
 func KillRest(root, unitPath string, d time.Duration) int {
-	if unitPath == "" {
-		return 0
-	}
-	dir := ""
-	for _, c := range []string{
-		filepath.Join(root, unitPath),            // v2
-		filepath.Join(root, "systemd", unitPath), // v1 / hybrid: systemd's own hierarchy
-		filepath.Join(root, "unified", unitPath), // hybrid
-	} {
-		if _, err := os.Stat(filepath.Join(c, "cgroup.procs")); err == nil {
-			dir = c
-			break
-		}
-	}
+	dir := unitcgroup.Dir(root, unitPath)
 	if dir == "" {
 		return 0
 	}
@@ -44,26 +30,16 @@ func KillRest(root, unitPath string, d time.Duration) int {
 	deadline := time.Now().Add(d)
 	for {
 		left := 0
-		_ = filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
-			if err != nil || !e.IsDir() {
-				return nil
+		unitcgroup.EachPID(dir, func(pid int) bool {
+			if pid == self {
+				return true
 			}
-			b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
-			if err != nil {
-				return nil
+			left++
+			if !killed[pid] {
+				killed[pid] = true
+				_ = unix.Kill(pid, unix.SIGKILL)
 			}
-			for _, f := range strings.Fields(string(b)) {
-				pid, err := strconv.Atoi(f)
-				if err != nil || pid <= 0 || pid == self {
-					continue
-				}
-				left++
-				if !killed[pid] {
-					killed[pid] = true
-					_ = unix.Kill(pid, unix.SIGKILL)
-				}
-			}
-			return nil
+			return true
 		})
 		if left == 0 || time.Now().After(deadline) {
 			return len(killed)

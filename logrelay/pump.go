@@ -4,14 +4,13 @@ import (
 	"errors"
 	"io"
 	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podunit/podunit/unitcgroup"
 )
 
 // Why not splice(2): journald reads a stream with SO_PASSCRED and takes
@@ -40,25 +39,13 @@ func (a *anchor) refresh() bool {
 			return true
 		}
 	}
-	if a.cgroupDir == "" {
-		return false
-	}
 	found := int32(0)
-	_ = filepath.WalkDir(a.cgroupDir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || found != 0 || !d.IsDir() {
-			return nil
+	unitcgroup.EachPID(a.cgroupDir, func(pid int) bool {
+		if int32(pid) == dead {
+			return true
 		}
-		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
-		if err != nil {
-			return nil
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if pid, err := strconv.Atoi(f); err == nil && pid > 0 && int32(pid) != dead {
-				found = int32(pid)
-				return filepath.SkipAll
-			}
-		}
-		return nil
+		found = int32(pid)
+		return false
 	})
 	if found == 0 {
 		return false

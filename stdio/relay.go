@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/podunit/podunit/logrelay"
+	"github.com/podunit/podunit/unitcgroup"
 )
 
 // Why a relay: a container's stdout/stderr must be pipes. Many images
@@ -122,29 +123,24 @@ func StartRelay(o Options, pidFile string, warn io.Writer) error {
 	return dupWriteEnds(outP[1], errP[1])
 }
 
-// ownCgroupDir is this process' cgroup directory (the unit's, before
-// EnterLeaf): the systemd hierarchy on v1/hybrid, the unified one on v2.
+// ownCgroupDir is this process' cgroup directory (the unit's, or on v2
+// the wrapper's leaf below it once EnterLeaf ran).
 func ownCgroupDir(root string) string {
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return ""
 	}
-	unified := ""
+	path := ""
 	for _, line := range strings.Split(string(b), "\n") {
 		if p, ok := strings.CutPrefix(line, "1:name=systemd:"); ok {
-			return filepath.Join(root, "systemd", p)
+			path = p
+			break
 		}
 		if p, ok := strings.CutPrefix(line, "0::"); ok {
-			unified = p
+			path = p
 		}
 	}
-	if unified == "" {
-		return ""
-	}
-	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
-		return filepath.Join(root, unified)
-	}
-	return filepath.Join(root, "unified", unified)
+	return unitcgroup.Dir(root, path)
 }
 
 // unitCgroupDir is the unit's cgroup given the wrapper's own: on v2 the
