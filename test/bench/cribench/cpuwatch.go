@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,28 +21,18 @@ func cpuTicks(harness string) map[procKey]struct {
 		comm  string
 		ticks uint64
 	}{}
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		dir := filepath.Join("/proc", e.Name())
-		cg, err := os.ReadFile(dir + "/cgroup")
-		if err != nil || !bytes.Contains(cg, []byte("/"+harness)) {
-			continue
-		}
+	_ = harnessProcs(harness, func(pid int, dir string) {
 		stat, err := os.ReadFile(dir + "/stat")
 		if err != nil {
-			continue
+			return
 		}
 		i, j := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
 		if i < 0 || j < i {
-			continue
+			return
 		}
 		f := strings.Fields(string(stat[j+1:]))
 		if len(f) < 20 {
-			continue
+			return
 		}
 		start, _ := strconv.ParseUint(f[19], 10, 64)
 		ut, _ := strconv.ParseUint(f[11], 10, 64)
@@ -52,7 +41,7 @@ func cpuTicks(harness string) map[procKey]struct {
 			comm  string
 			ticks uint64
 		}{string(stat[i+1 : j]), ut + st}
-	}
+	})
 	return out
 }
 

@@ -29,14 +29,14 @@ type procKey struct {
 	start uint64
 }
 
-// snapshot reads every process whose cgroup path names the harness (the
-// harness puts itself in a "podunit-harness-<hash>" cgroup in every hierarchy).
-func snapshot(harness string) (map[procKey]proc, error) {
+// harnessProcs calls fn with the PID and /proc directory of every process
+// whose cgroup path names the harness (the harness puts itself in a
+// "podunit-harness-<hash>" cgroup in every hierarchy).
+func harnessProcs(harness string, fn func(pid int, dir string)) error {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	out := map[procKey]proc{}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -47,12 +47,20 @@ func snapshot(harness string) (map[procKey]proc, error) {
 		if err != nil || !bytes.Contains(cg, []byte("/"+harness)) {
 			continue
 		}
-		p, ok := readProc(pid, dir)
-		if ok {
+		fn(pid, dir)
+	}
+	return nil
+}
+
+// snapshot reads every process of the harness.
+func snapshot(harness string) (map[procKey]proc, error) {
+	out := map[procKey]proc{}
+	err := harnessProcs(harness, func(pid int, dir string) {
+		if p, ok := readProc(pid, dir); ok {
 			out[procKey{p.PID, p.Start}] = p
 		}
-	}
-	return out, nil
+	})
+	return out, err
 }
 
 func readProc(pid int, dir string) (proc, bool) {
