@@ -96,3 +96,29 @@ func (s Notify) send(state string, fds []int) error {
 	}
 	return nil
 }
+
+// Adopt re-wraps a descriptor (from systemd's store, a console socket, a
+// received message) as a non-blocking file served by Go's poller, so reads
+// and writes wait without a thread and can be interrupted by Close. f is
+// closed; Fd() cannot be used instead, it would make the file blocking.
+func Adopt(f *os.File, name string) (*os.File, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("dup %s: %w", name, err)
+	}
+	nfd := -1
+	var derr error
+	if err := rc.Control(func(fd uintptr) { nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 3) }); err != nil {
+		derr = err
+	}
+	f.Close()
+	if derr != nil {
+		return nil, fmt.Errorf("dup %s: %w", name, derr)
+	}
+	if err := unix.SetNonblock(nfd, true); err != nil {
+		unix.Close(nfd)
+		return nil, fmt.Errorf("non-blocking %s: %w", name, err)
+	}
+	return os.NewFile(uintptr(nfd), name), nil
+}

@@ -3,7 +3,6 @@ package logrelay
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/podunit/podunit/fdstore"
+	"github.com/podunit/podunit/statefile"
 )
 
 // Options configure a relay server.
@@ -46,7 +46,6 @@ type Server struct {
 	active    map[string]*relay
 	done      map[string]time.Time
 	storeWarn bool
-	wg        sync.WaitGroup
 }
 
 // relay is one container's pair of streams.
@@ -119,7 +118,7 @@ func (s *Server) Restore(files []*os.File) {
 			f.Close()
 			continue
 		}
-		nf, err := adopt(f)
+		nf, err := fdstore.Adopt(f, f.Name())
 		if err != nil {
 			s.log.Warn("cannot restore a relay stream", "name", f.Name(), "err", err)
 			s.forget(f.Name())
@@ -141,9 +140,7 @@ func (s *Server) Restore(files []*os.File) {
 	}
 	for id, streams := range byID {
 		var m meta
-		if b, err := os.ReadFile(s.metaFile(id)); err == nil {
-			_ = json.Unmarshal(b, &m)
-		}
+		_ = statefile.Read(s.metaFile(id), &m)
 		r := &relay{id: id, meta: m, finished: make(chan struct{})}
 		s.mu.Lock()
 		s.active[id] = r
@@ -168,27 +165,6 @@ func (s *Server) Restore(files []*os.File) {
 		s.mu.Unlock()
 		s.log.Info("resumed relaying a container's output", "container", id, "streams", r.left)
 	}
-}
-
-// adopt re-wraps a descriptor from systemd as a non-blocking file served
-// by the poller (Fd() would make it blocking).
-func adopt(f *os.File) (*os.File, error) {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	nfd := -1
-	var derr error
-	if err := rc.Control(func(fd uintptr) { nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 3) }); err != nil {
-		derr = err
-	}
-	name := f.Name()
-	f.Close()
-	if derr != nil {
-		return nil, derr
-	}
-	return fileOf(nfd, name)
 }
 
 func (s *Server) metaFile(id string) string { return filepath.Join(s.opts.StateDir, id+".json") }
@@ -238,10 +214,8 @@ func (s *Server) register(id string, m meta, fds []int) error {
 		}
 		files[i] = f
 	}
-	if b, err := json.Marshal(m); err == nil {
-		if err := writeFileSync(s.metaFile(id), b); err != nil {
-			s.log.Warn("cannot save the container's relay state; a relay restart would lose its journal fields and taps", "container", id, "err", err)
-		}
+	if err := statefile.Write(s.metaFile(id), m); err != nil {
+		s.log.Warn("cannot save the container's relay state; a relay restart would lose its journal fields and taps", "container", id, "err", err)
 	}
 	if s.opts.Store != nil {
 		for _, f := range files {
@@ -273,9 +247,7 @@ func (s *Server) startPump(r *relay, stream string, pipe, sock *os.File) {
 	if a.pid == 0 {
 		a.refresh()
 	}
-	s.wg.Add(1)
 	go func() {
-		defer s.wg.Done()
 		err := pump(pipe, sock, a, t)
 		if t != nil {
 			t.Close()
@@ -446,27 +418,4 @@ func Listen(socket string) (*net.UnixListener, error) {
 		return nil, err
 	}
 	return l, nil
-}
-
-func writeFileSync(path string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

@@ -1,11 +1,8 @@
 package streaming
 
 import (
-	"fmt"
 	"os"
 	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/podunit/podunit/fdstore"
 )
@@ -46,23 +43,5 @@ type FDStore = fdstore.Store
 // (FileDescriptorStoreMax= must be set on podunit.service).
 type NotifyFDStore = fdstore.Notify
 
-// adopt re-wraps a descriptor (from systemd or a console socket) as a
-// non-blocking file served by the runtime poller, so reads and writes can
-// be interrupted by Close.
-func adopt(f *os.File, name string) (*os.File, error) {
-	var nfd int
-	err := control(f, func(fd int) error {
-		var err error
-		nfd, err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
-		return err
-	})
-	f.Close()
-	if err != nil {
-		return nil, fmt.Errorf("dup %s: %w", name, err)
-	}
-	if err := unix.SetNonblock(nfd, true); err != nil {
-		unix.Close(nfd)
-		return nil, fmt.Errorf("non-blocking %s: %w", name, err)
-	}
-	return os.NewFile(uintptr(nfd), name), nil
-}
+// adopt is fdstore.Adopt.
+var adopt = fdstore.Adopt
