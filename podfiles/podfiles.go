@@ -5,7 +5,9 @@ package podfiles
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -75,6 +77,33 @@ func Hosts(hostname string, ips []string) []byte {
 		}
 	}
 	return b.Bytes()
+}
+
+// HostHosts is the node's hosts file, which host-network pods share.
+const HostHosts = "/etc/hosts"
+
+// NodeHosts returns /etc/hosts for a host-network pod: the content of the
+// node's hostFile. A node without one (minimal images have none) gets the
+// loopback entries of Hosts, as a pod with its own network namespace would;
+// any other problem with the file (unreadable, not a regular file) is an
+// error, so a broken node is not papered over.
+func NodeHosts(hostFile string) ([]byte, error) {
+	fi, err := os.Stat(hostFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Hosts("", nil), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node hosts file: %w", err)
+	}
+	// checked before reading: a FIFO would block the read
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("node hosts file %s is not a regular file (%s)", hostFile, fi.Mode().Type())
+	}
+	b, err := os.ReadFile(hostFile)
+	if err != nil {
+		return nil, fmt.Errorf("node hosts file: %w", err)
+	}
+	return b, nil
 }
 
 // Hostname renders /etc/hostname.

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/podunit/podunit/errdefs"
@@ -42,6 +43,44 @@ func TestHosts(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("hosts lacks %q:\n%s", want, got)
 		}
+	}
+}
+
+func TestNodeHosts(t *testing.T) {
+	dir := t.TempDir()
+	node := filepath.Join(dir, "hosts")
+	os.WriteFile(node, []byte("127.0.0.1\tlocalhost\n192.0.2.7\tnode-1\n"), 0o644)
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path string
+		want       string // "" with errPart set: an error
+		errPart    string
+	}{
+		{name: "node file", path: node, want: "127.0.0.1\tlocalhost\n192.0.2.7\tnode-1\n"},
+		{name: "missing", path: filepath.Join(dir, "none"), want: string(Hosts("", nil))},
+		{name: "missing dir", path: filepath.Join(dir, "no", "hosts"), want: string(Hosts("", nil))},
+		{name: "directory", path: dir, errPart: "not a regular file"},
+		{name: "fifo", path: fifo, errPart: "not a regular file"},
+		{name: "below a file", path: filepath.Join(node, "x"), errPart: "not a directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := NodeHosts(tc.path)
+			if tc.errPart != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.errPart) || !strings.Contains(err.Error(), "node hosts file") {
+					t.Fatalf("NodeHosts(%s) = %q, %v; want an error about the node hosts file with %q", tc.path, got, err, tc.errPart)
+				}
+				return
+			}
+			if err != nil || string(got) != tc.want {
+				t.Fatalf("NodeHosts(%s) = %q, %v; want %q", tc.path, got, err, tc.want)
+			}
+		})
+	}
+	if !strings.HasPrefix(string(Hosts("", nil)), "127.0.0.1\tlocalhost\n::1\t") {
+		t.Fatalf("default hosts lack the loopback entries:\n%s", Hosts("", nil))
 	}
 }
 

@@ -341,8 +341,8 @@ func (m *Manager) writePodFiles(sb *Sandbox, p *plan) error {
 		if hostname, err = os.Hostname(); err != nil {
 			return fmt.Errorf("node hostname: %w", err)
 		}
-		if hosts, err = os.ReadFile(m.opts.HostHosts); err != nil {
-			return fmt.Errorf("node hosts file: %w", err)
+		if hosts, err = podfiles.NodeHosts(m.opts.HostHosts); err != nil {
+			return err
 		}
 	} else {
 		hosts = podfiles.Hosts(hostname, sb.IPs)

@@ -134,7 +134,8 @@ type Options struct {
 	// namespace; it must create the namespace and run an init inside.
 	PodInit []string
 	// HostResolvConf and HostHosts feed pods without DNS config and
-	// host-network pods; defaults /etc/resolv.conf and /etc/hosts.
+	// host-network pods; defaults /etc/resolv.conf and /etc/hosts. A
+	// missing HostHosts gives host-network pods the loopback entries only.
 	HostResolvConf string
 	HostHosts      string
 	// ShmSize is the size of each pod's /dev/shm tmpfs; default 64 MiB.
@@ -205,7 +206,7 @@ func New(opts Options) (*Manager, error) {
 		opts.HostResolvConf = podfiles.HostResolvConf
 	}
 	if opts.HostHosts == "" {
-		opts.HostHosts = "/etc/hosts"
+		opts.HostHosts = podfiles.HostHosts
 	}
 	if opts.ShmSize <= 0 {
 		opts.ShmSize = defaultShmBytes

@@ -14,6 +14,7 @@ import (
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/netns"
 	"github.com/podunit/podunit/network"
+	"github.com/podunit/podunit/podfiles"
 	"github.com/podunit/podunit/systemd"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -88,7 +89,8 @@ type env struct {
 	opts Options
 }
 
-func newEnv(t *testing.T) *env {
+// newEnv builds a Manager over fakes; mods adjust its Options first.
+func newEnv(t *testing.T, mods ...func(*Options)) *env {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("pod namespaces need root")
@@ -101,6 +103,9 @@ func newEnv(t *testing.T) *env {
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
 		Network: e.net, Systemd: e.sd, Containers: e.ctrs, Handlers: []string{"runc", "crun"},
 		HostResolvConf: resolv,
+	}
+	for _, mod := range mods {
+		mod(&e.opts)
 	}
 	m, err := New(e.opts)
 	if err != nil {
@@ -430,6 +435,41 @@ func TestHostNamespacesAndKubeletSlice(t *testing.T) {
 		t.Fatal("kubelet's slice was removed")
 	}
 	assertNoTraces(t, e, id)
+}
+
+// A node without /etc/hosts (minimal images) must still run host-network
+// pods: they get the loopback entries, as containerd and CRI-O give them.
+func TestHostNetworkPodWithoutNodeHostsFile(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-hosts")
+	e := newEnv(t, func(o *Options) { o.HostHosts = missing })
+	ctx := context.Background()
+	c := podConfig("nohosts")
+	c.Linux.Sysctls = nil
+	c.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{
+		Network: runtimeapi.NamespaceMode_NODE, Pid: runtimeapi.NamespaceMode_NODE, // no pod init to fake
+	}}
+	id, err := e.m.Run(ctx, c, "")
+	if err != nil {
+		t.Fatalf("host-network pod on a node without %s: %v", missing, err)
+	}
+	sb, _ := e.m.Get(ctx, id)
+	if b, err := os.ReadFile(sb.HostsPath); err != nil || string(b) != string(podfiles.Hosts("", nil)) {
+		t.Fatalf("pod hosts file %q, %v; want the loopback defaults", b, err)
+	}
+	if err := e.m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	assertNoTraces(t, e, id)
+
+	// a hosts path that exists but is no regular file still fails the pod
+	e2 := newEnv(t, func(o *Options) { o.HostHosts = t.TempDir() })
+	c.Metadata.Name = "dirhosts"
+	if _, err := e2.m.Run(ctx, c, ""); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("RunPodSandbox with a directory as the node hosts file: %v, want an error saying it is not a regular file", err)
+	}
+	if n := len(e2.m.List(ctx)); n != 0 {
+		t.Fatalf("%d pods left after the failed run", n)
+	}
 }
 
 type initProc struct {
