@@ -47,6 +47,10 @@ type Options struct {
 	// HostNet shares the host's network namespace: needed when the host must
 	// reach pod IPs or host ports, or podunit must reach the test registry on
 	// 127.0.0.1:5000. Otherwise the harness has its own netns (loopback only).
+	// Start then sets the host's ip_forward to 1 (the test network's bridge
+	// plugin cannot write it through the read-only /proc/sys/net), and
+	// teardown restores it and removes the test network's bridge and CNI
+	// chains with test/cni/net-cleanup.sh.
 	HostNet bool
 	// NetRW keeps /proc/sys/net writable with HostNet (CNI plugins set
 	// ip_forward and route_localnet there; with HostNet those are the host's).
@@ -78,6 +82,7 @@ type Harness struct {
 
 	script  string
 	cgroups []string // harness cgroup dirs, read before stop removes Dir
+	hostNet bool     // ip_forward recorded in Base: net-cleanup.sh at teardown
 
 	mu      sync.Mutex
 	podunit *Podunit
@@ -140,6 +145,12 @@ func Start(t testing.TB, opts Options) *Harness {
 		args = append(args, "--host-ipc")
 	}
 	t.Cleanup(h.teardown)
+	if opts.HostNet {
+		// before boot, so the host's state as found is what teardown restores
+		if err := h.prepareHostNet(); err != nil {
+			t.Fatalf("harness: host network: %v", err)
+		}
+	}
 	out, err := h.script1(2*time.Minute, args...)
 	if err != nil {
 		t.Fatalf("harness: start: %v\n%s", err, out)
@@ -254,6 +265,11 @@ func (h *Harness) teardown() {
 		if out, err := h.script1(time.Minute, "stop", h.Dir); err != nil {
 			t.Errorf("harness: stop: %v\n%s", err, out)
 		}
+	}
+	// after stop: net-cleanup.sh leaves the host network alone while any
+	// host-net harness runs, this one included
+	if err := h.cleanupHostNet(); err != nil {
+		t.Errorf("harness: %v", err)
 	}
 	leaks := h.Leaks()
 	for _, l := range leaks {
