@@ -4,8 +4,10 @@
 # rules for 10.214.0.0/16 tagged "podunit-critest", the CNI-* chains that the
 # bridge and portmap plugins create (with the jumps into them), and, when
 # STATE_DIR/ip_forward.orig exists, the host's ip_forward as it was before.
-# Idempotent; touches only those names, and of those only the FORWARD rules
-# while another host-network podunit harness runs.
+# Idempotent; touches only those names, and of those only this run's own
+# FORWARD rules (STATE_DIR/forward-rules) while another host-network podunit
+# harness runs: a Go test's host-net harness (test/harness) calls this at
+# teardown too, possibly beside a running critest.
 set -uo pipefail
 SUBNET=10.214.0.0/16
 BRIDGE=pu-test0
@@ -22,12 +24,27 @@ shared_net_in_use() {
 	return 1
 }
 
-while iptables -D FORWARD -s "$SUBNET" ! -d "$SUBNET" -m comment --comment podunit-critest -j DROP 2>/dev/null; do :; done
-while iptables -D FORWARD -d "$SUBNET" ! -s "$SUBNET" -m comment --comment podunit-critest -j DROP 2>/dev/null; do :; done
+# drop_forward once|all: the FORWARD DROP rules critest/run.sh inserts
+drop_forward() {
+	local r
+	for r in "-s $SUBNET ! -d $SUBNET" "-d $SUBNET ! -s $SUBNET"; do
+		# shellcheck disable=SC2086
+		while iptables -D FORWARD $r -m comment --comment podunit-critest -j DROP 2>/dev/null; do
+			[[ $1 == all ]] || break
+		done
+	done
+}
+
+# STATE_DIR/forward-rules: this run inserted one pair (critest/run.sh)
+if [[ -n $state && -f $state/forward-rules ]]; then
+	drop_forward once
+	rm -f "$state/forward-rules"
+fi
 if shared_net_in_use; then
-	echo "net-cleanup: another host-network podunit harness is running; leaving $BRIDGE, CNI chains and ip_forward to it" >&2
+	echo "net-cleanup: another host-network podunit harness is running; leaving $BRIDGE, CNI chains, its FORWARD rules and ip_forward to it" >&2
 	exit 0
 fi
+drop_forward all   # leftovers of killed runs
 ip link del "$BRIDGE" 2>/dev/null
 for table in nat filter; do
 	chains=$(iptables -t "$table" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^CNI-/ {print $2}')

@@ -142,6 +142,7 @@ ipcs -m | awk '$2 ~ /^[0-9]+$/ {print $2}' >"$BASE/shm.before"
 # pods get no default route; this keeps anything else from leaving the subnet
 iptables -I FORWARD -s "$SUBNET" ! -d "$SUBNET" -m comment --comment podunit-critest -j DROP
 iptables -I FORWARD -d "$SUBNET" ! -s "$SUBNET" -m comment --comment podunit-critest -j DROP
+touch "$BASE/forward-rules"   # net-cleanup.sh removes this pair even beside another harness
 
 # critest makes host paths (volumes, log dirs, seccomp profiles) in its TMPDIR
 # and mounts there for the propagation specs: a shared bind at the same path
