@@ -37,6 +37,7 @@ export RUN_HARNESS ?= /var/lib/podunit-harness
 build:
 	go build -o $(BIN) ./cmd/podunit
 	go build -o $(dir $(BIN))podunit-logrelay ./cmd/podunit-logrelay
+	go build -o $(dir $(BIN))podunit-unithelper ./cmd/podunit-unithelper
 
 ## ---------------------------------------------------------------- run ----
 
@@ -75,8 +76,10 @@ staticcheck-tool:
 # every stage runs even when an earlier one failed (one CI run shows all
 # problems); the critest summary stays the last line of a green run
 TEST_STAGES := lint unit integration critest kubelet-e2e vm
-# vm: the cgroup v2 tier in a TCG VM (test/vm/run.sh); it prints
-# "SKIP: cgroup v2 VM tier: <why>" and passes where no VM can be built.
+# vm: the node tier (test/vm/run.sh): podunit installed from its .deb in a
+# Debian 12 VM (TCG) with systemd as PID 1 and cgroup v2 only; critest and
+# the v2 behaviour tests there. Under CI=true a VM that cannot be built or
+# booted fails it; elsewhere it prints "SKIP: cgroup v2 VM tier: <why>".
 vm: build
 	bash $(CURDIR)/test/vm/run.sh
 

@@ -31,10 +31,27 @@ func OptionsFromConfig(cfg *config.Config) (Options, error) {
 		StateDir:       filepath.Join(cfg.Paths.StateDir, "containers"),
 		RunDir:         filepath.Join(cfg.Paths.RunDir, "containers"),
 		Self:           self,
+		UnitHelper:     UnitHelper(self),
 		DefaultHandler: cfg.Runtime.DefaultHandler,
 		Caps:           caps,
 		Host:           host,
 	}, nil
+}
+
+// UnitHelperBinary is the small binary with the unit's helpers
+// (cmd/podunit-unithelper), installed next to podunit.
+const UnitHelperBinary = "podunit-unithelper"
+
+// UnitHelper is what a container's unit runs as `H _stdio` and
+// `H _exitrec`: the small binary next to self (the podunit binary) when
+// there is one, else self. Whatever runs in the unit is charged to the
+// container's memory and CPU limits.
+func UnitHelper(self string) string {
+	small := filepath.Join(filepath.Dir(self), UnitHelperBinary)
+	if st, err := os.Stat(small); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		return small
+	}
+	return self
 }
 
 // RuntimesFromConfig builds one runtime per configured handler.

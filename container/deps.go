@@ -88,9 +88,12 @@ type Options struct {
 	StateDir string
 	// RunDir holds bundles and pid files.
 	RunDir string
-	// Self is the podunit binary the unit's ExecStart/ExecStopPost run as
-	// `Self _stdio` and `Self _exitrec`.
+	// Self is the podunit binary.
 	Self string
+	// UnitHelper is what the unit's ExecStart/ExecStopPost run as
+	// `UnitHelper _stdio` and `UnitHelper _exitrec` (UnitHelper(Self));
+	// empty means Self.
+	UnitHelper string
 	// LogRelaySocket is the node's log relay (package logrelay) that moves
 	// container output from pipes to journald; empty relays from inside
 	// each unit instead (cut output is possible when a container exits).

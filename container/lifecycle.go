@@ -32,7 +32,11 @@ const safetyStopTimeout = 10 * time.Minute
 // 'protocol') and whose exit code it never reports.
 func (m *Manager) service(r *record, rt Runtime) unitprops.Service {
 	name := r.Metadata.GetName()
-	execStart := []string{m.opts.Self, "_stdio", "--unit", r.Unit, "--identifier", name,
+	helper := m.opts.UnitHelper
+	if helper == "" {
+		helper = m.opts.Self
+	}
+	execStart := []string{helper, "_stdio", "--unit", r.Unit, "--identifier", name,
 		"--cgroup-root", m.opts.CgroupRoot, "--cgroup-leaf", "runtime", "--pid-file", m.pidFile(r.ID)}
 	if r.Config.GetStdin() {
 		execStart = append(execStart, "--stdin-fifo", m.stdinFIFO(r.ID))
@@ -43,7 +47,7 @@ func (m *Manager) service(r *record, rt Runtime) unitprops.Service {
 		execStart = append(execStart, relay...)
 	}
 	execStart = append(append(execStart, "--"), rt.CreateArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID))...)
-	stopPost := []string{m.opts.Self, "_exitrec", "--cgroup", systemd.SlicePath(r.Slice) + "/" + r.Unit,
+	stopPost := []string{helper, "_exitrec", "--cgroup", systemd.SlicePath(r.Slice) + "/" + r.Unit,
 		"--cgroup-root", m.opts.CgroupRoot, "--relay-pid-file", m.pidFile(r.ID) + ".relay"}
 	stopPost = append(append(stopPost, relay...), m.stateDir(r.ID))
 	if del := rt.DeleteArgv(r.ID); len(del) > 0 {

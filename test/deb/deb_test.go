@@ -193,6 +193,13 @@ func TestDebInstallsAndServes(t *testing.T) {
 		ctr := strings.TrimSpace(crictl(t, endpoint, time.Minute, "create", pod, ctrJSON, podJSON))
 		crictl(t, endpoint, time.Minute, "start", ctr)
 		unit := "podunit-ctr-" + ctr + ".service"
+		// the unit's helpers are the package's small binary, not the full
+		// podunit: what runs in the unit is charged to the container
+		for _, p := range []string{"ExecStart", "ExecStopPost"} {
+			if es := h.MustExec("systemctl", "show", "-p", p, unit); !strings.Contains(es, "path=/usr/bin/podunit-unithelper ") {
+				t.Errorf("%s %s = %q, want /usr/bin/podunit-unithelper", unit, p, es)
+			}
+		}
 		before := unitProps(t, h, unit)
 		podunitBefore := unitProps(t, h, "podunit.service").MainPID
 

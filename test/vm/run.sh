@@ -1,43 +1,135 @@
 #!/bin/bash
-# run.sh — the cgroup v2 test tier. Builds the VM image once (cached in
-# $PODUNIT_VM_IMAGE, default /var/tmp/podunit-vm; rebuilt when build-vm.sh
-# changes), boots it fresh (snapshot), pushes the probe and helper scripts,
-# runs the Go suite tagged `vm` against it and powers it off.
+# run.sh — the node tier: podunit on a real node shape. A Debian 12 VM booted
+# with systemd 252 as PID 1 and only the unified cgroup v2 hierarchy, runc,
+# crun, catatonit and Debian's CNI plugins from apt in its image, and podunit
+# installed into it from the .deb built from the tree (`dpkg -i`, the
+# package's own podunit.socket/podunit.service: no harness, no repo paths).
 #
-# Where the VM cannot be built (not root, tools or the Debian mirror
-# missing) it prints "SKIP: cgroup v2 VM tier: <why>" and exits 0, so
-# `make test` stays usable on such machines; a VM that was built but does
-# not boot, or a failing test, exits non-zero.
+# Stages, in one fresh boot (the image is used with snapshot=on):
+#   1. the image (cached in $PODUNIT_VM_IMAGE, default /var/tmp/podunit-vm;
+#      rebuilt when build-vm.sh changes) and the .deb (test/deb/build.sh from
+#      the committed tree, or $PODUNIT_DEB);
+#   2. boot, push the .deb, critest, crictl and the kit, `node.sh install`;
+#      the guest's 127.0.0.1:5000 is the host's test registry (ssh -R);
+#   3. the Go suite tagged `vm` (systemd over the forwarded bus, podunit's
+#      CRI over the forwarded socket);
+#   4. critest v1.37.0 in the guest, judged by test/critest/expected-pass-v2.txt
+#      (VM_CRITEST_FOCUS narrows it; see docs/testing.md for what CI runs).
+#
+# Last lines:  vm-go (cgroup v2 node): ok|FAILED
+#              critest (cgroup v2 node): N passed, M failed
+#
+# Under CI=true a VM that cannot be built or booted FAILS the tier; elsewhere
+# (not root, tools missing) it prints "SKIP: cgroup v2 VM tier: <why>" and
+# exits 0. KEEP=1 leaves the VM running and prints how to reach it.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
+source "$REPO/test/critest/lib.sh"
 IMG=${PODUNIT_VM_IMAGE:-/var/tmp/podunit-vm}
-skip() { echo "SKIP: cgroup v2 VM tier: $*" >&2; exit 0; }
+OUT=${VM_OUT:-/var/tmp/podunit-vm-run}
+: "${VM_CRITEST_FOCUS=}"
+: "${VM_CRITEST:=1}"
+: "${KEEP:=0}"
+skip() {
+	if [[ ${CI:-} == true ]]; then echo "FAIL: cgroup v2 VM tier: $*" >&2; exit 1; fi
+	echo "SKIP: cgroup v2 VM tier: $*" >&2; exit 0
+}
 
 [ "$(id -u)" = 0 ] || skip "needs root (debootstrap, image build)"
-for t in qemu-system-x86_64 debootstrap busybox mkfs.ext4 ssh ssh-keygen apt-get dpkg-deb go; do
-  command -v "$t" >/dev/null || skip "missing $t (apt-get install qemu-system-x86 debootstrap busybox-static e2fsprogs openssh-client)"
+for t in qemu-system-x86_64 debootstrap busybox mkfs.ext4 ssh ssh-keygen apt-get dpkg-deb go critest crictl jq; do
+	command -v "$t" >/dev/null || skip "missing $t (apt-get install qemu-system-x86 debootstrap busybox-static e2fsprogs openssh-client jq; test/critest/install-tools.sh)"
 done
 want=$(sha256sum "$HERE/build-vm.sh" | cut -d' ' -f1)
 if [ ! -f "$IMG/root.img" ] || [ "$(cat "$IMG/build.sha256" 2>/dev/null)" != "$want" ]; then
-  echo "building the cgroup v2 VM image in $IMG (about a minute)" >&2
-  bash "$HERE/build-vm.sh" "$IMG" >&2 || skip "image build failed (Debian mirror reachable? see above)"
-  echo "$want" > "$IMG/build.sha256"
+	echo "building the cgroup v2 VM image in $IMG (about two minutes)" >&2
+	bash "$HERE/build-vm.sh" "$IMG" >&2 || skip "image build failed (Debian mirror reachable? see above)"
+	echo "$want" >"$IMG/build.sha256"
 fi
 
-RUNBASE=$(mktemp -d /tmp/puvm-XXXXXX)   # short: the bus socket path must stay < 108 bytes
+rm -rf "$OUT"; mkdir -p "$OUT"
+if [[ -n ${PODUNIT_DEB:-} ]]; then
+	DEB=$(realpath -e "$PODUNIT_DEB")
+else
+	DEB=$(bash "$REPO/test/deb/build.sh" "$OUT/deb" 2>"$OUT/deb-build.log" | tail -n 1) ||
+		{ tail -n 30 "$OUT/deb-build.log" >&2; echo "FAIL: the .deb did not build" >&2; exit 1; }
+fi
+[[ -f $DEB ]] || { echo "FAIL: no .deb ($DEB)" >&2; exit 1; }
+
+# the guest pulls from the host's registry through the ssh tunnel
+registry_was_up=0
+registry_up && registry_was_up=1
+ensure_test_registry "$OUT/images.log"
+
+RUNBASE=$(mktemp -d /tmp/puvm-XXXXXX) # short: the bus socket path must stay < 108 bytes
 RUN=$RUNBASE/run
-cleanup() { bash "$HERE/vm.sh" stop "$RUN" || true; rm -rf "$RUNBASE"; }
+cleanup() {
+	if [[ $KEEP == 1 && -e $RUN ]]; then
+		echo "KEEP=1: VM left running: bash $HERE/vm.sh ssh $RUN CMD; stop: bash $HERE/vm.sh stop $RUN" >&2
+		return
+	fi
+	bash "$HERE/vm.sh" stop "$RUN" || true
+	rm -rf "$RUNBASE"
+	((registry_was_up)) || bash "$KIT_DIR/registry.sh" stop >/dev/null 2>&1 || true
+}
 trap cleanup EXIT
-env=$(bash "$HERE/vm.sh" start "$IMG" "$RUN")
+env=$(bash "$HERE/vm.sh" start "$IMG" "$RUN") || skip "the VM did not boot (see above)"
 DBUS_SYSTEM_BUS_ADDRESS=$(sed -n 's/^DBUS_SYSTEM_BUS_ADDRESS=//p' <<<"$env")
 PODUNIT_VM_SSH=$(sed -n 's/^PODUNIT_VM_SSH="\(.*\)"$/\1/p' <<<"$env")
-export DBUS_SYSTEM_BUS_ADDRESS PODUNIT_VM_SSH
+PODUNIT_VM_CRI=$(sed -n 's/^PODUNIT_VM_CRI=//p' <<<"$env")
+export DBUS_SYSTEM_BUS_ADDRESS PODUNIT_VM_SSH PODUNIT_VM_CRI
+vssh() { bash "$HERE/vm.sh" ssh "$RUN" "$@"; }
 
-stage=$RUNBASE/stage; mkdir -p "$stage"
+stage=$RUNBASE/stage
+mkdir -p "$stage/kit"
 (cd "$REPO" && CGO_ENABLED=0 go build -o "$stage/probe" ./test/vm/probe)
-cp "$HERE/runc-leaf.sh" "$REPO/test/harness/make-busybox-bundle.sh" "$stage/"
+cp "$HERE/runc-leaf.sh" "$HERE/node.sh" "$REPO/test/harness/make-busybox-bundle.sh" "$DEB" "$stage/"
+cp "$(command -v critest)" "$(command -v crictl)" "$stage/"
+cp "$KIT_DIR/registries.conf" "$KIT_DIR/policy.json" "$REPO"/test/cni/*.conflist "$stage/kit/"
 bash "$HERE/vm.sh" push "$RUN" "$stage" /opt/podunit-vm
+vssh 'install -m 0755 /opt/podunit-vm/crictl /usr/local/bin/crictl'
+echo "installing $(basename "$DEB") in the VM" >&2
+if ! vssh 'bash /opt/podunit-vm/node.sh install' >"$OUT/install.log" 2>&1; then
+	cat "$OUT/install.log" >&2
+	vssh 'journalctl --no-pager -u podunit.service | tail -n 40' >&2 || true
+	echo "FAIL: podunit did not install and serve in the VM" >&2
+	exit 1
+fi
 
-cd "$REPO"
-go test -tags vm -count=1 -timeout 20m -v ./test/vm/ "$@"
+rc=0
+gorc=0
+(cd "$REPO" && go test -tags vm -count=1 -timeout 30m -v ./test/vm/ "$@") || gorc=1
+((gorc)) && rc=1
+
+summary=""
+if [[ $VM_CRITEST == 1 ]]; then
+	echo "critest in the VM (focus: ${VM_CRITEST_FOCUS:-everything})" >&2
+	t0=$(date +%s)
+	if vssh "bash /opt/podunit-vm/node.sh critest '$VM_CRITEST_FOCUS'"; then
+		vssh 'cat /var/tmp/critest/report.json' >"$OUT/critest-report.json"
+		vssh 'cat /var/tmp/critest/critest.log' >"$OUT/critest.log" || true
+		jq -r '.[0].SpecReports[] | select(.LeafNodeType == "It")
+			| [.State, ((.ContainerHierarchyTexts + [.LeafNodeText]) | join(" ")),
+			   ((.Failure.Message // "") | gsub("[\t\n]"; " "))] | @tsv' \
+			"$OUT/critest-report.json" >"$OUT/critest-specs.tsv"
+		grep -E '^\s*\[FAIL\]' "$OUT/critest.log" | sort -u | sed 's/^ */  /' || true
+		bash "$KIT_DIR/ratchet.sh" "$OUT/critest-specs.tsv" "$KIT_DIR/expected-pass-v2.txt" "$VM_CRITEST_FOCUS" | sed 's/^ratchet:/ratchet (v2 node):/' || rc=1
+		summary=$(awk -F'\t' '$1 == "passed" {p++} $1 ~ /^(failed|panicked|interrupted|aborted|timedout)$/ {f++}
+			END {printf "critest (cgroup v2 node): %d passed, %d failed\n", p, f}' "$OUT/critest-specs.tsv")
+		echo "critest in the VM took $(($(date +%s) - t0)) s" >&2
+	else
+		summary="critest (cgroup v2 node): no report"
+		rc=1
+	fi
+fi
+vssh 'journalctl --no-pager -o short-precise -u podunit.service -u podunit-logrelay.service' >"$OUT/podunit.journal" 2>&1 || true
+if ((rc)) && [[ ${CI:-} == true ]]; then
+	echo "last 100 lines of podunit's journal in the VM ($OUT/podunit.journal):" >&2
+	tail -n 100 "$OUT/podunit.journal" >&2 || true
+fi
+# the summary lines must be the last ones: tear down first, into a log
+trap - EXIT
+cleanup >"$OUT/teardown.log" 2>&1 || true
+if ((gorc)); then echo "vm-go (cgroup v2 node): FAILED"; else echo "vm-go (cgroup v2 node): ok"; fi
+[[ -z $summary ]] || echo "$summary"
+exit $rc
