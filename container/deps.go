@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/podunit/podunit/events"
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/oci"
@@ -70,6 +71,9 @@ type Runtime interface {
 	Exec(ctx context.Context, id string, p oci.ExecProcess) (int, error)
 	// Delete removes the runtime's state of the container; idempotent.
 	Delete(ctx context.Context, id string, force bool) error
+	// Update writes new limits into the running container's own cgroup
+	// (`runc update`); only the fields set in r change.
+	Update(ctx context.Context, id string, r *specs.LinuxResources) error
 }
 
 // Logs is the CRI log writer (logs.Manager): it follows the journal and

@@ -9,8 +9,6 @@ import (
 
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/oci"
-	"github.com/podunit/podunit/unitprops"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // capped keeps the first max bytes written and discards the rest, so a
@@ -90,85 +88,4 @@ func (m *Manager) running(ctx context.Context, id string) (*record, Runtime, err
 		return nil, nil, err
 	}
 	return r, rt, nil
-}
-
-// UpdateResources changes a container's limits. A running container's
-// unit gets them at once (systemd writes the cgroup files); the record
-// keeps them for ContainerStatus and for a container not started yet.
-// Fields left zero keep their current value.
-func (m *Manager) UpdateResources(ctx context.Context, id string, res *runtimeapi.LinuxContainerResources) error {
-	if res == nil {
-		return nil
-	}
-	c, err := m.lookup(id)
-	if err != nil {
-		return err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	m.refreshLocked(ctx, c, "")
-	if c.rec == nil {
-		return fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
-	}
-	props, err := unitprops.ResourceProperties(res, m.opts.Caps)
-	if err != nil {
-		return fmt.Errorf("update container %s: %w", id, err)
-	}
-	if c.rec.State == StateRunning && len(props) > 0 {
-		if err := m.sd.SetUnitProperties(ctx, c.rec.Unit, props...); err != nil {
-			return fmt.Errorf("update container %s: %w", id, err)
-		}
-	}
-	r := c.rec.clone()
-	r.Resources = mergeResources(r.Resources, res)
-	if err := m.save(r); err != nil {
-		return fmt.Errorf("update container %s: %w", id, err)
-	}
-	c.rec = r
-	return nil
-}
-
-// mergeResources overlays the set fields of upd on cur.
-func mergeResources(cur, upd *runtimeapi.LinuxContainerResources) *runtimeapi.LinuxContainerResources {
-	n := &runtimeapi.LinuxContainerResources{}
-	if cur != nil {
-		n = &runtimeapi.LinuxContainerResources{
-			CpuPeriod: cur.CpuPeriod, CpuQuota: cur.CpuQuota, CpuShares: cur.CpuShares,
-			MemoryLimitInBytes: cur.MemoryLimitInBytes, OomScoreAdj: cur.OomScoreAdj,
-			CpusetCpus: cur.CpusetCpus, CpusetMems: cur.CpusetMems,
-			HugepageLimits: cur.HugepageLimits, Unified: cur.Unified,
-			MemorySwapLimitInBytes: cur.MemorySwapLimitInBytes,
-		}
-	}
-	if upd.CpuPeriod != 0 {
-		n.CpuPeriod = upd.CpuPeriod
-	}
-	if upd.CpuQuota != 0 {
-		n.CpuQuota = upd.CpuQuota
-	}
-	if upd.CpuShares != 0 {
-		n.CpuShares = upd.CpuShares
-	}
-	if upd.MemoryLimitInBytes != 0 {
-		n.MemoryLimitInBytes = upd.MemoryLimitInBytes
-	}
-	if upd.MemorySwapLimitInBytes != 0 {
-		n.MemorySwapLimitInBytes = upd.MemorySwapLimitInBytes
-	}
-	if upd.CpusetCpus != "" {
-		n.CpusetCpus = upd.CpusetCpus
-	}
-	if upd.CpusetMems != "" {
-		n.CpusetMems = upd.CpusetMems
-	}
-	if upd.OomScoreAdj != 0 {
-		n.OomScoreAdj = upd.OomScoreAdj
-	}
-	if len(upd.HugepageLimits) > 0 {
-		n.HugepageLimits = upd.HugepageLimits
-	}
-	if len(upd.Unified) > 0 {
-		n.Unified = upd.Unified
-	}
-	return n
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/exitrec"
 	"github.com/podunit/podunit/imagestore"
@@ -124,6 +125,10 @@ type fakeRuntime struct {
 	mu      sync.Mutex
 	deleted []string
 	exec    func(ctx context.Context, p oci.ExecProcess) (int, error)
+	// updates are the resources Update was given; update, if set, runs
+	// first and may fail the call.
+	updates []*specs.LinuxResources
+	update  func(id string, r *specs.LinuxResources) error
 }
 
 func (r *fakeRuntime) Name() string { return "runc" }
@@ -143,6 +148,18 @@ func (r *fakeRuntime) Delete(ctx context.Context, id string, force bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.deleted = append(r.deleted, id)
+	return nil
+}
+
+func (r *fakeRuntime) Update(ctx context.Context, id string, res *specs.LinuxResources) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.update != nil {
+		if err := r.update(id, res); err != nil {
+			return err
+		}
+	}
+	r.updates = append(r.updates, res)
 	return nil
 }
 

@@ -56,6 +56,7 @@ func TestInHarness(t *testing.T) {
 	t.Run("ImmediateExit", func(t *testing.T) { ie.immediateExit(ctx, t) })
 	t.Run("StartFailure", func(t *testing.T) { ie.startFailure(ctx, t) })
 	t.Run("OOMKilled", func(t *testing.T) { ie.oom(ctx, t) })
+	t.Run("OwnCgroupLimits", func(t *testing.T) { ie.ownLimits(ctx, t) })
 	t.Run("CrunHandler", func(t *testing.T) { ie.crun(ctx, t) })
 	t.Run("LogRelayKilled", func(t *testing.T) { ie.relayKilled(ctx, t) })
 	t.Run("FastPaths", func(t *testing.T) { ie.fastPaths(ctx, t) })
@@ -601,6 +602,14 @@ func (ie *inside) crun(ctx context.Context, t *testing.T) {
 	if got := cgroupFile(memFile[0], unitName(id), memFile[1]); got != "41943040" {
 		t.Errorf("%s = %s", memFile[1], got)
 	}
+	// In the unit's cgroup, the container reads the unit's limits as its
+	// own, also after an update (systemd's alone: crun has no cgroup here).
+	inFile := "/sys/fs/cgroup/" + memFile[0] + "/" + memFile[1]
+	ie.checkLimitsInside(ctx, t, m, id, "crun", map[string]string{inFile: "41943040"})
+	if err := m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 48 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	ie.checkLimitsInside(ctx, t, m, id, "crun update", map[string]string{inFile: "50331648"})
 	if out, _, code, err := m.ExecSync(ctx, id, []string{"echo", "hi"}, 5); err != nil || code != 0 || string(out) != "hi\n" {
 		t.Errorf("exec: %q %d %v", out, code, err)
 	}

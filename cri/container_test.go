@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"os"
 	"path/filepath"
 	"testing"
@@ -51,6 +52,9 @@ func (ctrTestRuntime) CreateArgv(id, b, p, l string) []string                  {
 func (ctrTestRuntime) StartArgv(id, l string) []string                         { return []string{"/bin/true"} }
 func (ctrTestRuntime) DeleteArgv(id string) []string                           { return nil }
 func (ctrTestRuntime) Delete(ctx context.Context, id string, force bool) error { return nil }
+func (ctrTestRuntime) Update(ctx context.Context, id string, r *specs.LinuxResources) error {
+	return nil
+}
 func (ctrTestRuntime) Exec(ctx context.Context, id string, p oci.ExecProcess) (int, error) {
 	fmt.Fprint(p.Stdout, "out")
 	fmt.Fprint(p.Stderr, "err")

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/podunit/podunit/errdefs"
 )
 
@@ -143,13 +145,31 @@ func (c *CLI) deleteArgv(id string, force bool) []string {
 	return append(argv, id)
 }
 
+// updateArgv reads the new limits as JSON (specs.LinuxResources) from
+// stdin; nil for crun, whose containers have no cgroup of their own (see
+// Update).
+func (c *CLI) updateArgv(id string) []string {
+	if c.flavor == FlavorCrun {
+		return nil
+	}
+	return append(c.global(), "update", "--resources", "-", id)
+}
+
 func (c *CLI) stateArgv(id string) []string { return append(c.global(), "state", id) }
 
 func (c *CLI) listArgv() []string { return append(c.global(), "list", "--format", "json") }
 
 // command runs a short runtime command and classifies its failure.
 func (c *CLI) command(ctx context.Context, argv []string) ([]byte, error) {
+	return c.commandInput(ctx, argv, nil)
+}
+
+// commandInput is command with stdin (nil: none).
+func (c *CLI) commandInput(ctx context.Context, argv []string, stdin []byte) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.WaitDelay = time.Second
@@ -208,6 +228,23 @@ func (c *CLI) Delete(ctx context.Context, id string, force bool) error {
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil
 	}
+	return err
+}
+
+// Update implements Runtime: `update --resources -` writes the limits into
+// the container's own cgroup. crun runs with --cgroup-manager=disabled, so
+// its containers stay in the unit's cgroup, which systemd owns and has
+// already updated: nothing to do.
+func (c *CLI) Update(ctx context.Context, id string, r *specs.LinuxResources) error {
+	argv := c.updateArgv(id)
+	if argv == nil || r == nil {
+		return nil
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("%s update %s: encode resources: %w", c.cfg.Name, id, err)
+	}
+	_, err = c.commandInput(ctx, argv, b)
 	return err
 }
 

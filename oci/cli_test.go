@@ -39,10 +39,15 @@ func TestArgvGolden(t *testing.T) {
 			{"kill-all", c.killArgv("ctr1", syscall.SIGKILL, true)},
 			{"delete", c.deleteArgv("ctr1", false)},
 			{"delete-force", c.deleteArgv("ctr1", true)},
+			{"update", c.updateArgv("ctr1")},
 			{"state", c.stateArgv("ctr1")},
 			{"list", c.listArgv()},
 		} {
-			fmt.Fprintf(&out, "%-13s %s\n", l.name, strings.Join(l.argv, " "))
+			line := strings.Join(l.argv, " ")
+			if l.argv == nil {
+				line = "(not run)"
+			}
+			fmt.Fprintf(&out, "%-13s %s\n", l.name, line)
 		}
 	}
 	golden := filepath.Join("testdata", "argv.golden")
@@ -87,6 +92,33 @@ func TestClassify(t *testing.T) {
 		if tt.msg != "" && !strings.Contains(err.Error(), tt.msg) {
 			t.Errorf("%q: message %q lacks %q", tt.stderr, err, tt.msg)
 		}
+	}
+}
+
+// Update hands runc the limits as JSON on stdin; crun's containers have no
+// cgroup of their own, so nothing runs for them.
+func TestUpdateStdin(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "runc")
+	script := "#!/bin/sh\necho \"$@\" > " + dir + "/args\ncat > " + dir + "/stdin\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	limit, quota, period := int64(64<<20), int64(10000), uint64(100000)
+	r := &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &limit}, CPU: &specs.LinuxCPU{Quota: &quota, Period: &period}}
+	if err := NewRunc(CLIConfig{Binary: bin, Root: "/r"}).Update(t.Context(), "c1", r); err != nil {
+		t.Fatal(err)
+	}
+	args, _ := os.ReadFile(filepath.Join(dir, "args"))
+	in, _ := os.ReadFile(filepath.Join(dir, "stdin"))
+	if string(args) != "--root /r update --resources - c1\n" {
+		t.Errorf("args = %q", args)
+	}
+	if string(in) != `{"memory":{"limit":67108864},"cpu":{"quota":10000,"period":100000}}` {
+		t.Errorf("stdin = %s", in)
+	}
+	if err := NewCrun(CLIConfig{Binary: filepath.Join(dir, "missing")}).Update(t.Context(), "c1", r); err != nil {
+		t.Errorf("crun update ran something: %v", err)
 	}
 }
 

@@ -33,6 +33,10 @@ type Runtime interface {
 	// Delete removes the runtime's state; an unknown container is not an
 	// error. force kills a running container first.
 	Delete(ctx context.Context, id string, force bool) error
+	// Update writes new limits into the container's own cgroup (runc's
+	// `update --resources -`): only the fields set in r change. A runtime
+	// whose containers have no cgroup of their own does nothing.
+	Update(ctx context.Context, id string, r *specs.LinuxResources) error
 	// State reports the runtime's view; ErrNotFound for an unknown container.
 	State(ctx context.Context, id string) (*State, error)
 	// List reports every container under the runtime's root.

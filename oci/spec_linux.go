@@ -152,26 +152,94 @@ func withSysctls(sysctls map[string]string) SpecOpt {
 	}
 }
 
-// withResources keeps only what systemd's unit properties cannot express for
-// the container's sub-cgroup: hugetlb limits and raw cgroup v2 files. CPU,
-// memory, pids and cpuset belong to the unit (DESIGN.md: one manager per knob).
+// withResources writes the container's limits into linux.resources, which
+// the runtime applies to the container's own cgroup (<unit>/container) at
+// create: the container reads its limits from its own /sys/fs/cgroup. The
+// unit above carries the same limits as systemd properties; the subtree
+// below a Delegate=yes unit is the runtime's to write (docs/containers.md
+// "Resources").
 func withResources(r *runtimeapi.LinuxContainerResources) SpecOpt {
 	return func(s *specs.Spec) error {
-		for _, h := range r.GetHugepageLimits() {
-			if h.GetPageSize() == "" {
-				return invalid("resources.hugepage_limits", "empty page size")
-			}
-			resources(s).HugepageLimits = append(resources(s).HugepageLimits,
-				specs.LinuxHugepageLimit{Pagesize: h.GetPageSize(), Limit: h.GetLimit()})
+		lr, err := LinuxResources(r)
+		if err != nil {
+			return err
 		}
-		for k := range r.GetUnified() {
-			if k == "" || strings.Contains(k, "/") || hasDotDot(k) {
-				return invalid("resources.unified", "invalid cgroup file name %q", k)
-			}
+		if lr == nil {
+			return nil
 		}
-		if len(r.GetUnified()) > 0 {
-			resources(s).Unified = maps.Clone(r.GetUnified())
-		}
+		SetLimits(s, lr)
 		return nil
 	}
+}
+
+// Bounds of cpu.shares (the kernel clamps, and runc fails when the value
+// it reads back differs from the one it wrote).
+const (
+	minCPUShares = 2
+	maxCPUShares = 262144
+)
+
+// LinuxResources maps CRI container resources onto the OCI spec's as the
+// kubelet sent them (runc converts shares to cpu.weight and quota/period to
+// cpu.max on cgroup v2 itself). Zero means "not set" in CRI and sets
+// nothing; nil when nothing is set. Swap stays with the unit (MemorySwapMax
+// on v2; v1 hosts usually have no swap accounting, where runc would fail on
+// memory.memsw.*), cpusets with the unit and the kubelet's CPU manager.
+func LinuxResources(r *runtimeapi.LinuxContainerResources) (*specs.LinuxResources, error) {
+	if r.GetMemoryLimitInBytes() < 0 || r.GetCpuShares() < 0 || r.GetCpuPeriod() < 0 {
+		return nil, invalid("resources", "negative memory limit, cpu shares or cpu period")
+	}
+	var lr specs.LinuxResources
+	set := false
+	if m := r.GetMemoryLimitInBytes(); m > 0 {
+		lr.Memory = &specs.LinuxMemory{Limit: &m}
+		set = true
+	}
+	var cpu specs.LinuxCPU
+	if sh := r.GetCpuShares(); sh > 0 {
+		v := uint64(min(max(sh, minCPUShares), maxCPUShares))
+		cpu.Shares = &v
+	}
+	if q := r.GetCpuQuota(); q != 0 {
+		cpu.Quota = &q
+	}
+	if p := r.GetCpuPeriod(); p > 0 {
+		v := uint64(p)
+		cpu.Period = &v
+	}
+	if cpu.Shares != nil || cpu.Quota != nil || cpu.Period != nil {
+		lr.CPU = &cpu
+		set = true
+	}
+	for _, h := range r.GetHugepageLimits() {
+		if h.GetPageSize() == "" {
+			return nil, invalid("resources.hugepage_limits", "empty page size")
+		}
+		lr.HugepageLimits = append(lr.HugepageLimits, specs.LinuxHugepageLimit{Pagesize: h.GetPageSize(), Limit: h.GetLimit()})
+		set = true
+	}
+	for k := range r.GetUnified() {
+		if k == "" || strings.Contains(k, "/") || hasDotDot(k) {
+			return nil, invalid("resources.unified", "invalid cgroup file name %q", k)
+		}
+	}
+	if len(r.GetUnified()) > 0 {
+		lr.Unified = maps.Clone(r.GetUnified())
+		set = true
+	}
+	if !set {
+		return nil, nil
+	}
+	return &lr, nil
+}
+
+// SetLimits replaces the spec's memory, CPU, hugetlb and unified limits
+// with lr's (devices and the rest of linux.resources stay): at create, and
+// when a created container's limits change before it starts.
+func SetLimits(s *specs.Spec, lr *specs.LinuxResources) {
+	if lr == nil {
+		lr = &specs.LinuxResources{}
+	}
+	res := resources(s)
+	res.Memory, res.CPU, res.HugepageLimits, res.Unified = lr.Memory, lr.CPU, lr.HugepageLimits, lr.Unified
 }

@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"testing"
@@ -150,26 +151,72 @@ func TestSysctls(t *testing.T) {
 func TestResources(t *testing.T) {
 	r := &runtimeapi.LinuxContainerResources{
 		CpuShares: 512, MemoryLimitInBytes: 1 << 30, CpuQuota: 50000, CpuPeriod: 100000, CpusetCpus: "0",
-		HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 1 << 21}},
-		Unified:        map[string]string{"memory.high": "1G"},
+		MemorySwapLimitInBytes: 2 << 30,
+		HugepageLimits:         []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 1 << 21}},
+		Unified:                map[string]string{"memory.high": "1G"},
 	}
 	s, err := apply(t, withResources(r))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := s.Linux.Resources
-	if got.Memory != nil || got.CPU != nil || got.Pids != nil {
-		t.Errorf("systemd-owned limits leaked into the spec: %+v", got)
+	// The container's own cgroup gets what the kubelet asked for, exactly.
+	if got.Memory == nil || *got.Memory.Limit != 1<<30 || got.Memory.Swap != nil {
+		t.Errorf("memory = %+v", got.Memory)
+	}
+	if c := got.CPU; c == nil || *c.Shares != 512 || *c.Quota != 50000 || *c.Period != 100000 || c.Cpus != "" {
+		t.Errorf("cpu = %+v", got.CPU)
+	}
+	if got.Pids != nil {
+		t.Errorf("pids = %+v (CRI has no container pids limit)", got.Pids)
 	}
 	if len(got.HugepageLimits) != 1 || got.HugepageLimits[0].Pagesize != "2MB" || got.Unified["memory.high"] != "1G" {
 		t.Errorf("resources = %+v", got)
 	}
-	if s, _ := apply(t, withResources(&runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 1})); s.Linux != nil {
-		t.Errorf("plain limits created linux.resources: %+v", s.Linux)
+	if s, _ := apply(t, withResources(&runtimeapi.LinuxContainerResources{OomScoreAdj: 5})); s.Linux != nil {
+		t.Errorf("no limits created linux.resources: %+v", s.Linux)
+	}
+	for _, tt := range []struct {
+		in                    *runtimeapi.LinuxContainerResources
+		shares, quota, period string
+	}{
+		{in: &runtimeapi.LinuxContainerResources{CpuShares: 1}, shares: "2"},
+		{in: &runtimeapi.LinuxContainerResources{CpuShares: 1 << 20}, shares: "262144"},
+		{in: &runtimeapi.LinuxContainerResources{CpuQuota: -1}, quota: "-1"},
+		{in: &runtimeapi.LinuxContainerResources{CpuPeriod: 50000}, period: "50000"},
+	} {
+		lr, err := LinuxResources(tt.in)
+		if err != nil || lr.CPU == nil {
+			t.Fatalf("%v: %+v %v", tt.in, lr, err)
+		}
+		str := func(p any) string {
+			switch v := p.(type) {
+			case *uint64:
+				if v != nil {
+					return fmt.Sprint(*v)
+				}
+			case *int64:
+				if v != nil {
+					return fmt.Sprint(*v)
+				}
+			}
+			return ""
+		}
+		if str(lr.CPU.Shares) != tt.shares || str(lr.CPU.Quota) != tt.quota || str(lr.CPU.Period) != tt.period || lr.Memory != nil {
+			t.Errorf("%v: cpu %s/%s/%s", tt.in, str(lr.CPU.Shares), str(lr.CPU.Quota), str(lr.CPU.Period))
+		}
+	}
+	// SetLimits keeps the devices and replaces the limits.
+	s.Linux.Resources.Devices = []specs.LinuxDeviceCgroup{{Access: "rwm"}}
+	SetLimits(s, &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: got.Memory.Limit}})
+	if s.Linux.Resources.CPU != nil || s.Linux.Resources.HugepageLimits != nil || s.Linux.Resources.Memory == nil || len(s.Linux.Resources.Devices) != 1 {
+		t.Errorf("after SetLimits: %+v", s.Linux.Resources)
 	}
 	for _, bad := range []*runtimeapi.LinuxContainerResources{
 		{HugepageLimits: []*runtimeapi.HugepageLimit{{Limit: 1}}},
 		{Unified: map[string]string{"../memory.max": "1"}},
+		{MemoryLimitInBytes: -1},
+		{CpuPeriod: -1},
 	} {
 		if _, err := apply(t, withResources(bad)); !wantErr(t, err, errdefs.ErrInvalid) {
 			t.Errorf("%v accepted", bad)

@@ -66,7 +66,7 @@ func TestGenerateSpec(t *testing.T) {
 	if s.Linux.CgroupsPath != baseInput().CgroupsPath || s.Linux.Seccomp == nil || s.Linux.Sysctl["net.ipv4.ip_forward"] != "1" {
 		t.Errorf("linux = %+v", s.Linux)
 	}
-	if r := s.Linux.Resources; r.Memory != nil || len(r.Devices) != 1 {
+	if r := s.Linux.Resources; r.Memory == nil || *r.Memory.Limit != 1<<28 || len(r.Devices) != 1 {
 		t.Errorf("resources = %+v", r)
 	}
 	if s.Hostname != "" {

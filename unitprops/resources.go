@@ -14,12 +14,15 @@ import (
 
 // Bounds of cgroup knobs, as the kernel and systemd define them.
 const (
-	minShares  = 2
-	maxShares  = 262144
-	minWeight  = 1
-	maxWeight  = 10000
-	defaultCFS = 100000 // µs, the kernel's default cfs period
+	minShares = 2
+	maxShares = 262144
+	minWeight = 1
+	maxWeight = 10000
 )
+
+// DefaultCFSPeriod is the kernel's cpu.cfs_period_us default (µs): what a
+// quota without a period is relative to.
+const DefaultCFSPeriod = 100000
 
 // SharesToWeight converts cgroup v1 cpu.shares to a v2 cpu.weight with the
 // same formula runc and the kubelet use, so weights agree across runtimes.
@@ -79,7 +82,7 @@ func ResourceProperties(r *runtimeapi.LinuxContainerResources, caps Caps) ([]sys
 	if r.CpuQuota != 0 || r.CpuPeriod != 0 {
 		period := uint64(r.CpuPeriod)
 		if period == 0 {
-			period = defaultCFS
+			period = DefaultCFSPeriod
 		}
 		if caps.SystemdVersion >= 242 && r.CpuPeriod != 0 {
 			props = append(props, prop("CPUQuotaPeriodUSec", period))

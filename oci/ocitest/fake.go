@@ -13,18 +13,22 @@ import (
 	"syscall"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/oci"
 )
 
 // Call is one recorded method call.
 type Call struct {
-	Method  string // "Exec", "Kill", "Delete", "State", "List"
+	Method  string // "Exec", "Kill", "Delete", "Update", "State", "List"
 	ID      string
 	Signal  syscall.Signal
 	All     bool
 	Force   bool
 	Process *oci.ExecProcess
+	// Resources is what Update was given.
+	Resources *specs.LinuxResources
 }
 
 // Fake is an in-memory oci.Runtime. The zero value is not usable; use New.
@@ -164,6 +168,13 @@ func (f *Fake) Delete(_ context.Context, id string, force bool) error {
 	}
 	delete(f.states, id)
 	return nil
+}
+
+// Update implements oci.Runtime; it only records the call.
+func (f *Fake) Update(_ context.Context, id string, r *specs.LinuxResources) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.record(Call{Method: "Update", ID: id, Resources: r})
 }
 
 // State implements oci.Runtime.

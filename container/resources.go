@@ -1,0 +1,194 @@
+package container
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/oci"
+	"github.com/podunit/podunit/statefile"
+	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/unitprops"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// UpdateResources changes a container's limits in both places that hold
+// them: the unit (systemd properties; systemd writes the unit's cgroup)
+// and the container's own cgroup below it (the runtime's `update`), which
+// is what the workload reads. A created container gets them in its bundle
+// and its unit at start. The record keeps them for ContainerStatus. Fields
+// left zero keep their current value.
+func (m *Manager) UpdateResources(ctx context.Context, id string, res *runtimeapi.LinuxContainerResources) error {
+	if res == nil {
+		return nil
+	}
+	c, err := m.lookup(id)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m.refreshLocked(ctx, c, "")
+	if c.rec == nil {
+		return fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
+	}
+	next := mergeResources(c.rec.Resources, res)
+	props, err := unitprops.ResourceProperties(unitUpdate(res, next), m.opts.Caps)
+	if err != nil {
+		return fmt.Errorf("update container %s: %w", id, err)
+	}
+	lr, err := oci.LinuxResources(next)
+	if err != nil {
+		return fmt.Errorf("update container %s: %w", id, err)
+	}
+	switch c.rec.State {
+	case StateRunning:
+		if err := m.applyResources(ctx, c.rec, props, lr, containerFirst(c.rec.Resources, next)); err != nil {
+			return fmt.Errorf("update container %s: %w", id, err)
+		}
+	case StateCreated:
+		if err := m.rewriteBundleLimits(id, lr); err != nil {
+			return fmt.Errorf("update container %s: %w", id, err)
+		}
+	}
+	r := c.rec.clone()
+	r.Resources = next
+	if err := m.save(r); err != nil {
+		return fmt.Errorf("update container %s: %w", id, err)
+	}
+	c.rec = r
+	return nil
+}
+
+// unitUpdate is what an update changes on the unit. systemd's quota is
+// per second, CRI's per period: a new quota or period alone would keep the
+// other's old ratio on the unit but not in the container's cgroup, so
+// either one sends both, from the merged limits.
+func unitUpdate(upd, next *runtimeapi.LinuxContainerResources) *runtimeapi.LinuxContainerResources {
+	if upd.GetCpuQuota() == 0 && upd.GetCpuPeriod() == 0 {
+		return upd
+	}
+	u := mergeResources(&runtimeapi.LinuxContainerResources{}, upd)
+	u.CpuQuota, u.CpuPeriod = next.GetCpuQuota(), next.GetCpuPeriod()
+	return u
+}
+
+// applyResources changes a running container's limits: the unit's
+// properties and its own cgroup's memory and CPU (hugetlb and unified
+// keep their values from create). ctrFirst orders the two writes.
+func (m *Manager) applyResources(ctx context.Context, r *record, props []systemd.Property, lr *specs.LinuxResources, ctrFirst bool) error {
+	rt, err := m.runtime(r.Handler)
+	if err != nil {
+		return err
+	}
+	unit := func() error {
+		if len(props) == 0 {
+			return nil
+		}
+		return m.sd.SetUnitProperties(ctx, r.Unit, props...)
+	}
+	own := func() error {
+		if lr == nil || (lr.Memory == nil && lr.CPU == nil) {
+			return nil
+		}
+		return rt.Update(ctx, r.ID, &specs.LinuxResources{Memory: lr.Memory, CPU: lr.CPU})
+	}
+	steps := []func() error{unit, own}
+	if ctrFirst {
+		steps = []func() error{own, unit}
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// containerFirst orders an update of a running container. On cgroup v1 a
+// child's CFS quota (as a share of its period) may not exceed its parent's
+// (EINVAL), so a lower CPU limit goes to the container's cgroup first and
+// then to the unit, a higher or equal one to the unit first. Memory and
+// shares have no such rule; v2 takes the minimum and accepts either order.
+// No quota (unset or negative) is no limit.
+func containerFirst(cur, next *runtimeapi.LinuxContainerResources) bool {
+	return cpuLimit(next) < cpuLimit(cur)
+}
+
+// cpuLimit is the CFS quota as CPUs (quota / period); +Inf for none.
+func cpuLimit(r *runtimeapi.LinuxContainerResources) float64 {
+	if r.GetCpuQuota() <= 0 {
+		return math.Inf(1)
+	}
+	period := r.GetCpuPeriod()
+	if period <= 0 {
+		period = unitprops.DefaultCFSPeriod
+	}
+	return float64(r.GetCpuQuota()) / float64(period)
+}
+
+// rewriteBundleLimits gives a created container's bundle its new limits:
+// the runtime applies them to the container's cgroup at start, when the
+// unit gets them too.
+func (m *Manager) rewriteBundleLimits(id string, lr *specs.LinuxResources) error {
+	spec, err := oci.ReadBundle(m.bundleDir(id))
+	if err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
+	if m.opts.NoHugetlb && lr != nil {
+		lr.HugepageLimits = nil
+	}
+	oci.SetLimits(spec, lr)
+	if err := statefile.Write(filepath.Join(m.bundleDir(id), "config.json"), spec); err != nil {
+		return fmt.Errorf("bundle: %w", err)
+	}
+	return nil
+}
+
+// mergeResources overlays the set fields of upd on cur.
+func mergeResources(cur, upd *runtimeapi.LinuxContainerResources) *runtimeapi.LinuxContainerResources {
+	n := &runtimeapi.LinuxContainerResources{}
+	if cur != nil {
+		n = &runtimeapi.LinuxContainerResources{
+			CpuPeriod: cur.CpuPeriod, CpuQuota: cur.CpuQuota, CpuShares: cur.CpuShares,
+			MemoryLimitInBytes: cur.MemoryLimitInBytes, OomScoreAdj: cur.OomScoreAdj,
+			CpusetCpus: cur.CpusetCpus, CpusetMems: cur.CpusetMems,
+			HugepageLimits: cur.HugepageLimits, Unified: cur.Unified,
+			MemorySwapLimitInBytes: cur.MemorySwapLimitInBytes,
+		}
+	}
+	if upd.CpuPeriod != 0 {
+		n.CpuPeriod = upd.CpuPeriod
+	}
+	if upd.CpuQuota != 0 {
+		n.CpuQuota = upd.CpuQuota
+	}
+	if upd.CpuShares != 0 {
+		n.CpuShares = upd.CpuShares
+	}
+	if upd.MemoryLimitInBytes != 0 {
+		n.MemoryLimitInBytes = upd.MemoryLimitInBytes
+	}
+	if upd.MemorySwapLimitInBytes != 0 {
+		n.MemorySwapLimitInBytes = upd.MemorySwapLimitInBytes
+	}
+	if upd.CpusetCpus != "" {
+		n.CpusetCpus = upd.CpusetCpus
+	}
+	if upd.CpusetMems != "" {
+		n.CpusetMems = upd.CpusetMems
+	}
+	if upd.OomScoreAdj != 0 {
+		n.OomScoreAdj = upd.OomScoreAdj
+	}
+	if len(upd.HugepageLimits) > 0 {
+		n.HugepageLimits = upd.HugepageLimits
+	}
+	if len(upd.Unified) > 0 {
+		n.Unified = upd.Unified
+	}
+	return n
+}
