@@ -117,7 +117,13 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	c.rec = r
 	sctx, cancel := context.WithTimeout(ctx, m.opts.StartTimeout)
 	defer cancel()
+	props, quota := unitprops.SplitStartCPUQuota(props)
 	startErr := m.sd.StartTransientUnit(sctx, r.Unit, props)
+	quotaFailed := false
+	if startErr == nil && len(quota) > 0 {
+		startErr = m.applyStartQuota(sctx, r.Unit, quota)
+		quotaFailed = startErr != nil
+	}
 	if startErr == nil {
 		m.captureInit(c)
 		m.publish(runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT, id, r.PodID)
@@ -126,14 +132,18 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	// The unit failed or never started. Wait briefly for ExecStopPost's
 	// record (systemd runs it on a failed start too), then make sure no
 	// unit is left, whatever state it is in.
-	m.waitUnitGone(ctx, r.Unit, 5*time.Second)
+	if !quotaFailed {
+		m.waitUnitGone(ctx, r.Unit, 5*time.Second)
+	}
 	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer ucancel()
 	_ = m.sd.StopUnit(uctx, r.Unit)
 	_ = m.sd.ResetFailedUnit(uctx, r.Unit)
 	_ = rt.Delete(uctx, id, true)
 	msg := m.runtimeError(id)
-	if rec, err := exitrec.Read(m.stateDir(id)); msg == "" && err == nil && rec.ExitCode != "" {
+	// (The stop above writes an exit record too: after a refused quota it
+	// is podunit's doing, not the container's exit.)
+	if rec, err := exitrec.Read(m.stateDir(id)); !quotaFailed && msg == "" && err == nil && rec.ExitCode != "" {
 		// The runtime reported nothing and systemd saw the init exit: the
 		// container ran and was done before the start job completed (a
 		// main process that fails during ExecStartPost fails the job).
@@ -161,6 +171,18 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	}
 	c.rec = r
 	return fmt.Errorf("start container %s: %s: %w", id, msg, errdefs.ErrPrecondition)
+}
+
+// applyStartQuota sets the CPU quota SplitStartCPUQuota held back. A
+// container that already exited and whose unit systemd collected needs
+// none; any other failure fails the start (and the caller removes the
+// unit): a container must not run without the limit it was given.
+func (m *Manager) applyStartQuota(ctx context.Context, unit string, quota []systemd.Property) error {
+	err := m.sd.SetUnitProperties(ctx, unit, quota...)
+	if err == nil || errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	return fmt.Errorf("cpu quota of %s: %w", unit, err)
 }
 
 // runtimeError is the runtime's own error message for a failed start: the

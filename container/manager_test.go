@@ -3,6 +3,8 @@ package container
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -593,4 +595,61 @@ func TestHugepageLimitsDropped(t *testing.T) {
 			t.Errorf("NoHugetlb=%v: spec %s", drop, spec)
 		}
 	}
+}
+
+// The CPU quota reaches the unit only after its start job: what runs in the
+// unit before the container's init (wrapper, runtime create) must not be
+// throttled to the container's quota.
+func TestStartSetsCPUQuotaAfterStartJob(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("pod1", "app")
+	if err := e.m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{CpuQuota: 10000, CpuPeriod: 100000}); err != nil {
+		t.Fatal(err)
+	}
+	var atStart map[string]any
+	e.sd.StartFunc = func(u *systemd.FakeUnit) systemd.JobResult {
+		atStart = maps.Clone(u.Props)
+		return systemd.JobDone
+	}
+	if err := e.m.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := atStart["CPUQuotaPerSecUSec"]; ok {
+		t.Errorf("the start job already had CPUQuotaPerSecUSec: %v", atStart)
+	}
+	if _, ok := atStart["MemoryMax"]; !ok {
+		t.Errorf("MemoryMax must be there from the start: %v", atStart)
+	}
+	u := e.sd.Units[unitName(id)]
+	if u.Props["CPUQuotaPerSecUSec"] != uint64(100000) || u.Props["CPUQuotaPeriodUSec"] != uint64(100000) {
+		t.Errorf("quota after start: %v", u.Props)
+	}
+}
+
+// A quota systemd refuses after the start fails the start and leaves no
+// unit: the container must not run unlimited.
+func TestStartFailsWhenCPUQuotaCannotBeSet(t *testing.T) {
+	e := newEnv(t)
+	e.deps.Systemd = refuseSetProperties{e.sd}
+	e.m = e.newManager()
+	id := e.create("pod1", "app")
+	if err := e.m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{CpuQuota: 10000, CpuPeriod: 100000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Start(ctx, id); err == nil {
+		t.Fatal("start succeeded without its CPU quota")
+	}
+	if _, ok := e.sd.Units[unitName(id)]; ok {
+		t.Errorf("unit left after the failed start")
+	}
+	if st := e.status(id); st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.Reason != ReasonStartError {
+		t.Errorf("status after the failed start: %v %q", st.State, st.Reason)
+	}
+}
+
+// refuseSetProperties is a systemd whose SetUnitProperties always fails.
+type refuseSetProperties struct{ *systemd.Fake }
+
+func (refuseSetProperties) SetUnitProperties(context.Context, string, ...systemd.Property) error {
+	return fmt.Errorf("fake: set-property refused: %w", errdefs.ErrInvalid)
 }

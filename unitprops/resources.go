@@ -170,3 +170,23 @@ func RangeToBits(s string) ([]byte, error) {
 	}
 	return le, nil
 }
+
+// SplitStartCPUQuota takes the CPU quota out of a unit's start
+// properties, to be set once the start job is done. Everything that runs
+// in the unit before the container's init execs (the ExecStart wrapper,
+// the OCI runtime's create, ExecStartPost's start) is charged to the
+// unit's cgroup; under a 100m quota that work is throttled to a tenth of a
+// CPU, which on a slow node made the start job outlast its timeout. The
+// container's own cgroup gets the quota from the OCI spec at create, so
+// the workload is limited from its first instruction either way.
+func SplitStartCPUQuota(props []systemd.Property) (start, after []systemd.Property) {
+	for _, p := range props {
+		switch p.Name {
+		case "CPUQuotaPerSecUSec", "CPUQuotaPeriodUSec":
+			after = append(after, p)
+		default:
+			start = append(start, p)
+		}
+	}
+	return start, after
+}
