@@ -137,7 +137,7 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	}
 	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer ucancel()
-	_ = m.sd.StopUnit(uctx, r.Unit)
+	m.forceStopUnit(uctx, r.Unit)
 	_ = m.sd.ResetFailedUnit(uctx, r.Unit)
 	_ = rt.Delete(uctx, id, true)
 	msg := m.runtimeError(id)
@@ -171,6 +171,19 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	}
 	c.rec = r
 	return fmt.Errorf("start container %s: %s: %w", id, msg, errdefs.ErrPrecondition)
+}
+
+// forceStopUnit stops a unit whose container is being discarded (a failed
+// start, a remove): SIGKILL to its main process first, so the stop job
+// does not wait out TimeoutStopUSec for an init that ignores SIGTERM (a
+// process that is PID 1 of its namespace does, unless it handles it).
+// Only the main process: ExecStopPost's recorder must still run, and
+// KillMode=mixed SIGKILLs the rest once the init is gone.
+func (m *Manager) forceStopUnit(ctx context.Context, unit string) error {
+	if err := m.sd.KillUnit(ctx, unit, int32(unix.SIGKILL), true); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+		m.opts.Logger.Debug("kill container init before stop", "unit", unit, "err", err)
+	}
+	return m.sd.StopUnit(ctx, unit)
 }
 
 // applyStartQuota sets the CPU quota SplitStartCPUQuota held back. A

@@ -369,7 +369,7 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	// drops it once ExecStopPost is done): then stop and reset-failed
 	// have nothing to do, and one listing is cheaper than both.
 	if !m.unitGone(ctx, r.Unit) {
-		if err := m.sd.StopUnit(ctx, r.Unit); err != nil {
+		if err := m.forceStopUnit(ctx, r.Unit); err != nil {
 			return fmt.Errorf("remove container %s: unit: %w", id, err)
 		}
 		if err := m.sd.ResetFailedUnit(ctx, r.Unit); err != nil {

@@ -642,6 +642,14 @@ func TestStartFailsWhenCPUQuotaCannotBeSet(t *testing.T) {
 	if _, ok := e.sd.Units[unitName(id)]; ok {
 		t.Errorf("unit left after the failed start")
 	}
+	// the discarded container's init is SIGKILLed before the stop job: an
+	// init that is PID 1 of its namespace ignores SIGTERM, and the stop
+	// would wait out TimeoutStopUSec
+	calls := strings.Join(e.sd.Calls, "\n")
+	kill, stop := strings.Index(calls, "kill "+unitName(id)+" 9"), strings.Index(calls, "stop "+unitName(id))
+	if kill < 0 || stop < 0 || kill > stop {
+		t.Errorf("want SIGKILL before the stop job, calls:\n%s", calls)
+	}
 	if st := e.status(id); st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.Reason != ReasonStartError {
 		t.Errorf("status after the failed start: %v %q", st.State, st.Reason)
 	}
