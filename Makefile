@@ -97,14 +97,14 @@ fmt-check:
 
 # vet and staticcheck also see the integration-tagged files
 vet:
-	go vet -tags=$(TAGS),integration ./...
+	go vet -tags=$(TAGS),integration,vm ./...
 
 # SA1019 (use of deprecated API) is off: a CRI runtime must keep honouring the
 # deprecated CRI fields kubelets still send (seccomp_profile_path,
 # apparmor_profile, ...), so those uses are deliberate, not drift.
 STATICCHECK_CHECKS := inherit,-SA1019
 staticcheck: staticcheck-tool
-	$(TOOLS_BIN)/staticcheck -checks=$(STATICCHECK_CHECKS) -tags=$(TAGS),integration ./...
+	$(TOOLS_BIN)/staticcheck -checks=$(STATICCHECK_CHECKS) -tags=$(TAGS),integration,vm ./...
 
 lint: fmt-check vet staticcheck
 

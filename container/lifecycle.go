@@ -274,9 +274,15 @@ func (m *Manager) stopLocked(ctx context.Context, c *ctr, timeout int64) error {
 		}
 		err = <-done
 	}
-	if errors.Is(err, errdefs.ErrDeadline) && m.waitUnitGone(sctx, r.Unit, grace+m.opts.StopMargin) {
-		// The D-Bus layer bounds one job wait; systemd finished the stop.
-		err = nil
+	if errors.Is(err, errdefs.ErrDeadline) {
+		// The D-Bus layer bounds one job wait, and sctx may be spent by
+		// now: give systemd one more margin (its own context) to finish
+		// the stop; a slow ExecStopPost is still a stop.
+		wctx, wcancel := context.WithTimeout(ctx, m.opts.StopMargin)
+		if m.waitUnitGone(wctx, r.Unit, m.opts.StopMargin) {
+			err = nil
+		}
+		wcancel()
 	}
 	if err != nil && !systemd.IsJobError(err) {
 		return fmt.Errorf("stop container %s: %w", r.ID, err)

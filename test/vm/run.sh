@@ -11,10 +11,12 @@
 #      the committed tree, or $PODUNIT_DEB);
 #   2. boot, push the .deb, critest, crictl and the kit, `node.sh install`;
 #      the guest's 127.0.0.1:5000 is the host's test registry (ssh -R);
-#   3. the Go suite tagged `vm` (systemd over the forwarded bus, podunit's
-#      CRI over the forwarded socket);
-#   4. critest v1.37.0 in the guest, judged by test/critest/expected-pass-v2.txt
-#      (VM_CRITEST_FOCUS narrows it; see docs/testing.md for what CI runs).
+#   3. critest v1.37.0 in the guest, judged by test/critest/expected-pass-v2.txt
+#      (VM_CRITEST_FOCUS narrows it; VM_CRITEST=0 skips it);
+#   4. the Go suite tagged `vm` (node_test.go: podunit's CRI over the
+#      forwarded socket, limits, OOM, daemon-reload, package remove /
+#      reinstall / upgrade with a container running; v2_test.go: systemd
+#      over the forwarded bus).
 #
 # Last lines:  vm-go (cgroup v2 node): ok|FAILED
 #              critest (cgroup v2 node): N passed, M failed
@@ -27,6 +29,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 source "$REPO/test/critest/lib.sh"
 IMG=${PODUNIT_VM_IMAGE:-/var/tmp/podunit-vm}
+GO_TAGS=containers_image_openpgp,exclude_graphdriver_btrfs,exclude_graphdriver_devicemapper
 OUT=${VM_OUT:-/var/tmp/podunit-vm-run}
 : "${VM_CRITEST_FOCUS=}"
 : "${VM_CRITEST:=1}"
@@ -97,10 +100,6 @@ if ! vssh 'bash /opt/podunit-vm/node.sh install' >"$OUT/install.log" 2>&1; then
 fi
 
 rc=0
-gorc=0
-(cd "$REPO" && go test -tags vm -count=1 -timeout 30m -v ./test/vm/ "$@") || gorc=1
-((gorc)) && rc=1
-
 summary=""
 if [[ $VM_CRITEST == 1 ]]; then
 	echo "critest in the VM (focus: ${VM_CRITEST_FOCUS:-everything})" >&2
@@ -122,6 +121,11 @@ if [[ $VM_CRITEST == 1 ]]; then
 		rc=1
 	fi
 fi
+# after critest: the Go suite ends by removing, reinstalling and upgrading
+# the package
+gorc=0
+(cd "$REPO" && go test -tags "$GO_TAGS,vm" -count=1 -timeout 30m -v ./test/vm/ "$@") || gorc=1
+((gorc)) && rc=1
 vssh 'journalctl --no-pager -o short-precise -u podunit.service -u podunit-logrelay.service' >"$OUT/podunit.journal" 2>&1 || true
 if ((rc)) && [[ ${CI:-} == true ]]; then
 	echo "last 100 lines of podunit's journal in the VM ($OUT/podunit.journal):" >&2
