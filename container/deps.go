@@ -74,6 +74,9 @@ type Runtime interface {
 	// Update writes new limits into the running container's own cgroup
 	// (`runc update`); only the fields set in r change.
 	Update(ctx context.Context, id string, r *specs.LinuxResources) error
+	// OwnCgroup: the runtime limits the container's own cgroup from the
+	// spec (see oci.Runtime).
+	OwnCgroup() bool
 }
 
 // Logs is the CRI log writer (logs.Manager): it follows the journal and

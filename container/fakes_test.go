@@ -151,6 +151,8 @@ func (r *fakeRuntime) Delete(ctx context.Context, id string, force bool) error {
 	return nil
 }
 
+func (r *fakeRuntime) OwnCgroup() bool { return true }
+
 func (r *fakeRuntime) Update(ctx context.Context, id string, res *specs.LinuxResources) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()

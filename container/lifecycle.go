@@ -117,12 +117,15 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	c.rec = r
 	sctx, cancel := context.WithTimeout(ctx, m.opts.StartTimeout)
 	defer cancel()
-	props, quota := unitprops.SplitStartCPUQuota(props)
+	var deferred []systemd.Property
+	if rt.OwnCgroup() {
+		props, deferred = unitprops.SplitStartLimits(props)
+	}
 	startErr := m.sd.StartTransientUnit(sctx, r.Unit, props)
-	quotaFailed := false
-	if startErr == nil && len(quota) > 0 {
-		startErr = m.applyStartQuota(sctx, r.Unit, quota)
-		quotaFailed = startErr != nil
+	limitsFailed := false
+	if startErr == nil && len(deferred) > 0 {
+		startErr = m.applyStartLimits(sctx, r.Unit, deferred)
+		limitsFailed = startErr != nil
 	}
 	if startErr == nil {
 		m.captureInit(c)
@@ -132,7 +135,7 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	// The unit failed or never started. Wait briefly for ExecStopPost's
 	// record (systemd runs it on a failed start too), then make sure no
 	// unit is left, whatever state it is in.
-	if !quotaFailed {
+	if !limitsFailed {
 		m.waitUnitGone(ctx, r.Unit, 5*time.Second)
 	}
 	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -143,7 +146,7 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	msg := m.runtimeError(id)
 	// (The stop above writes an exit record too: after a refused quota it
 	// is podunit's doing, not the container's exit.)
-	if rec, err := exitrec.Read(m.stateDir(id)); !quotaFailed && msg == "" && err == nil && rec.ExitCode != "" {
+	if rec, err := exitrec.Read(m.stateDir(id)); !limitsFailed && msg == "" && err == nil && rec.ExitCode != "" {
 		// The runtime reported nothing and systemd saw the init exit: the
 		// container ran and was done before the start job completed (a
 		// main process that fails during ExecStartPost fails the job).
@@ -186,16 +189,16 @@ func (m *Manager) forceStopUnit(ctx context.Context, unit string) error {
 	return m.sd.StopUnit(ctx, unit)
 }
 
-// applyStartQuota sets the CPU quota SplitStartCPUQuota held back. A
+// applyStartLimits sets the limits SplitStartLimits held back. A
 // container that already exited and whose unit systemd collected needs
 // none; any other failure fails the start (and the caller removes the
 // unit): a container must not run without the limit it was given.
-func (m *Manager) applyStartQuota(ctx context.Context, unit string, quota []systemd.Property) error {
-	err := m.sd.SetUnitProperties(ctx, unit, quota...)
+func (m *Manager) applyStartLimits(ctx context.Context, unit string, limits []systemd.Property) error {
+	err := m.sd.SetUnitProperties(ctx, unit, limits...)
 	if err == nil || errors.Is(err, errdefs.ErrNotFound) {
 		return nil
 	}
-	return fmt.Errorf("cpu quota of %s: %w", unit, err)
+	return fmt.Errorf("limits of %s: %w", unit, err)
 }
 
 // runtimeError is the runtime's own error message for a failed start: the

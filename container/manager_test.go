@@ -597,9 +597,10 @@ func TestHugepageLimitsDropped(t *testing.T) {
 	}
 }
 
-// The CPU quota reaches the unit only after its start job: what runs in the
-// unit before the container's init (wrapper, runtime create) must not be
-// throttled to the container's quota.
+// The CPU quota and the memory limit reach the unit only after its start
+// job (the runtime put them on the container's own cgroup at create): what
+// runs in the unit before the container's init (wrapper, runtime create and
+// start) must not be throttled or OOM-killed in the container's place.
 func TestStartSetsCPUQuotaAfterStartJob(t *testing.T) {
 	e := newEnv(t)
 	id := e.create("pod1", "app")
@@ -617,11 +618,11 @@ func TestStartSetsCPUQuotaAfterStartJob(t *testing.T) {
 	if _, ok := atStart["CPUQuotaPerSecUSec"]; ok {
 		t.Errorf("the start job already had CPUQuotaPerSecUSec: %v", atStart)
 	}
-	if _, ok := atStart["MemoryMax"]; !ok {
-		t.Errorf("MemoryMax must be there from the start: %v", atStart)
+	if _, ok := atStart["MemoryMax"]; ok {
+		t.Errorf("the start job already had MemoryMax: %v", atStart)
 	}
 	u := e.sd.Units[unitName(id)]
-	if u.Props["CPUQuotaPerSecUSec"] != uint64(100000) || u.Props["CPUQuotaPeriodUSec"] != uint64(100000) {
+	if u.Props["CPUQuotaPerSecUSec"] != uint64(100000) || u.Props["CPUQuotaPeriodUSec"] != uint64(100000) || u.Props["MemoryMax"] != uint64(64<<20) {
 		t.Errorf("quota after start: %v", u.Props)
 	}
 }

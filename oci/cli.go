@@ -148,8 +148,11 @@ func (c *CLI) deleteArgv(id string, force bool) []string {
 // updateArgv reads the new limits as JSON (specs.LinuxResources) from
 // stdin; nil for crun, whose containers have no cgroup of their own (see
 // Update).
+// OwnCgroup implements Runtime.
+func (c *CLI) OwnCgroup() bool { return c.flavor != FlavorCrun }
+
 func (c *CLI) updateArgv(id string) []string {
-	if c.flavor == FlavorCrun {
+	if !c.OwnCgroup() {
 		return nil
 	}
 	return append(c.global(), "update", "--resources", "-", id)

@@ -37,6 +37,10 @@ type Runtime interface {
 	// `update --resources -`): only the fields set in r change. A runtime
 	// whose containers have no cgroup of their own does nothing.
 	Update(ctx context.Context, id string, r *specs.LinuxResources) error
+	// OwnCgroup reports whether the runtime creates the container's own
+	// cgroup below the unit and writes the spec's limits into it (runc);
+	// crun under --cgroup-manager=disabled leaves it in the unit's.
+	OwnCgroup() bool
 	// State reports the runtime's view; ErrNotFound for an unknown container.
 	State(ctx context.Context, id string) (*State, error)
 	// List reports every container under the runtime's root.

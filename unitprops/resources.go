@@ -171,18 +171,21 @@ func RangeToBits(s string) ([]byte, error) {
 	return le, nil
 }
 
-// SplitStartCPUQuota takes the CPU quota out of a unit's start
-// properties, to be set once the start job is done. Everything that runs
-// in the unit before the container's init execs (the ExecStart wrapper,
-// the OCI runtime's create, ExecStartPost's start) is charged to the
-// unit's cgroup; under a 100m quota that work is throttled to a tenth of a
-// CPU, which on a slow node made the start job outlast its timeout. The
-// container's own cgroup gets the quota from the OCI spec at create, so
-// the workload is limited from its first instruction either way.
-func SplitStartCPUQuota(props []systemd.Property) (start, after []systemd.Property) {
+// SplitStartLimits takes the CPU quota and the memory limit out of a
+// unit's start properties, to be set once the start job is done, for a
+// runtime that limits the container's own cgroup from its spec at create
+// (so the workload is limited from its first instruction either way).
+// Everything that runs in the unit before the container's init execs (the
+// ExecStart wrapper, the OCI runtime's create and start) is charged to the
+// unit's cgroup: under a 100m quota it ran at a tenth of a CPU, which on a
+// slow node made the start job outlast its timeout, and a container that
+// allocates past its memory limit at once had the OOM killer pick
+// `runc start` (then the start failed instead of the container ending
+// OOMKilled).
+func SplitStartLimits(props []systemd.Property) (start, after []systemd.Property) {
 	for _, p := range props {
 		switch p.Name {
-		case "CPUQuotaPerSecUSec", "CPUQuotaPeriodUSec":
+		case "CPUQuotaPerSecUSec", "CPUQuotaPeriodUSec", "MemoryMax":
 			after = append(after, p)
 		default:
 			start = append(start, p)

@@ -171,6 +171,9 @@ func (f *Fake) Delete(_ context.Context, id string, force bool) error {
 }
 
 // Update implements oci.Runtime; it only records the call.
+// OwnCgroup implements oci.Runtime: the fake plays runc.
+func (f *Fake) OwnCgroup() bool { return true }
+
 func (f *Fake) Update(_ context.Context, id string, r *specs.LinuxResources) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
