@@ -52,7 +52,7 @@ func (ctrTestRuntime) CreateArgv(id, b, p, l string) []string                  {
 func (ctrTestRuntime) StartArgv(id, l string) []string                         { return []string{"/bin/true"} }
 func (ctrTestRuntime) DeleteArgv(id string) []string                           { return nil }
 func (ctrTestRuntime) Delete(ctx context.Context, id string, force bool) error { return nil }
-func (ctrTestRuntime) OwnCgroup() bool { return true }
+func (ctrTestRuntime) OwnCgroup() bool                                         { return true }
 
 func (ctrTestRuntime) Update(ctx context.Context, id string, r *specs.LinuxResources) error {
 	return nil
