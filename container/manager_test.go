@@ -662,3 +662,46 @@ type refuseSetProperties struct{ *systemd.Fake }
 func (refuseSetProperties) SetUnitProperties(context.Context, string, ...systemd.Property) error {
 	return fmt.Errorf("fake: set-property refused: %w", errdefs.ErrInvalid)
 }
+
+// podunit killed between the start job and the limits set after it: the
+// next podunit finds the container running without them and sets them.
+func TestRecoverSetsLimitsAStartLeftUnset(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("pod1", "app")
+	if err := e.m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{CpuQuota: 10000, CpuPeriod: 100000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	u := e.sd.Units[unitName(id)]
+	delete(u.Props, "CPUQuotaPerSecUSec")
+	delete(u.Props, "MemoryMax")
+
+	e.m = e.newManager()
+	if u.Props["CPUQuotaPerSecUSec"] != uint64(100000) || u.Props["MemoryMax"] != uint64(64<<20) {
+		t.Errorf("limits after recover: %v", u.Props)
+	}
+	if st := e.status(id); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Errorf("container after recover: %v", st)
+	}
+}
+
+// A unit that has its limits is only read on recovery.
+func TestRecoverLeavesLimitsThatAreSet(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("pod1", "app")
+	if err := e.m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{CpuQuota: 10000, CpuPeriod: 100000}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	before := len(e.sd.Calls)
+	e.m = e.newManager()
+	for _, c := range e.sd.Calls[before:] {
+		if strings.HasPrefix(c, "set-property ") {
+			t.Errorf("recover set properties of a unit that had them: %s", c)
+		}
+	}
+}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/statefile"
+	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/unitprops"
 )
 
 // Recover rebuilds the manager from the state directory and systemd after
@@ -50,6 +52,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	// not flushed here: the log follower may not run yet, and when it
 	// starts it catches up from its recorded position anyway.
 	_ = m.snapshot(context.WithValue(ctx, noLogFlush{}, true))
+	errs = append(errs, m.reapplyStartLimits(ctx))
 	if m.logs != nil {
 		errs = append(errs, m.PruneLogs())
 	}
@@ -77,6 +80,67 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// reapplyStartLimits sets again the limits Start sets only after the start
+// job (unitprops.SplitStartLimits) where a running container's unit lacks
+// them: podunit killed between the job and that call leaves a container
+// running unlimited otherwise. Units that have them are only read.
+func (m *Manager) reapplyStartLimits(ctx context.Context) error {
+	m.mu.RLock()
+	cs := make([]*ctr, 0, len(m.ctrs))
+	for _, c := range m.ctrs {
+		cs = append(cs, c)
+	}
+	m.mu.RUnlock()
+	var errs []error
+	for _, c := range cs {
+		c.mu.Lock()
+		err := m.reapplyStartLimitsLocked(ctx, c)
+		c.mu.Unlock()
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Manager) reapplyStartLimitsLocked(ctx context.Context, c *ctr) error {
+	r := c.rec
+	if r == nil || r.State != StateRunning {
+		return nil
+	}
+	rt, err := m.runtime(r.Handler)
+	if err != nil || !rt.OwnCgroup() {
+		return nil
+	}
+	props, err := unitprops.Properties(m.service(r, rt), r.Resources, m.opts.Caps)
+	if err != nil {
+		return fmt.Errorf("recover container %s: %w", r.ID, err)
+	}
+	_, want := unitprops.SplitStartLimits(props)
+	if len(want) == 0 {
+		return nil
+	}
+	have, err := m.sd.UnitProperties(ctx, r.Unit, "Service")
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil // exited meanwhile: the next status call records it
+	}
+	if err != nil {
+		return fmt.Errorf("recover container %s: limits: %w", r.ID, err)
+	}
+	var missing []systemd.Property
+	for _, p := range want {
+		if have[p.Name] != p.Value.Value() {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	m.opts.Logger.Warn("setting limits a start left unset (podunit stopped in between)", "container", r.ID, "unit", r.Unit)
+	if err := m.applyStartLimits(ctx, r.Unit, missing); err != nil {
+		return fmt.Errorf("recover container %s: %w", r.ID, err)
+	}
+	return nil
 }
 
 // noLogFlush in a context skips the log flush when a container is found
