@@ -12,6 +12,7 @@ import (
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/oci"
+	"github.com/podunit/podunit/selfbin"
 	"github.com/podunit/podunit/unitprops"
 )
 
@@ -47,8 +48,7 @@ const UnitHelperBinary = "podunit-unithelper"
 // there is one, else self. Whatever runs in the unit is charged to the
 // container's memory and CPU limits.
 func UnitHelper(self string) string {
-	small := filepath.Join(filepath.Dir(self), UnitHelperBinary)
-	if st, err := os.Stat(small); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+	if small, ok := selfbin.Sibling(self, UnitHelperBinary); ok {
 		return small
 	}
 	return self

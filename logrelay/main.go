@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/activation"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/fdstore"
+	"github.com/podunit/podunit/selfbin"
 	"github.com/podunit/podunit/systemd"
 )
 
@@ -78,8 +78,7 @@ const BinaryName = "podunit-logrelay"
 // Command is how the relay is run: the small binary next to self (the
 // podunit binary) when there is one, else `self _logrelay`.
 func Command(self string) []string {
-	small := filepath.Join(filepath.Dir(self), BinaryName)
-	if st, err := os.Stat(small); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+	if small, ok := selfbin.Sibling(self, BinaryName); ok {
 		return []string{small}
 	}
 	return []string{self, "_logrelay"}
