@@ -31,6 +31,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 source "$REPO/test/critest/lib.sh"
 source "$HERE/lib.sh"
+hx() { bash "$HARNESS" exec "$D" "$@"; }
 
 : "${PODUNIT_BINARY:=$REPO/bin/podunit}"
 : "${E2E_OUT:=/var/tmp/podunit-kubelet-e2e}"
@@ -38,9 +39,8 @@ source "$HERE/lib.sh"
 HARNESS=$REPO/test/harness/podunit-harness.sh
 CNI_DIR=$HERE/cni # its own bridge and subnet: critest may run at the same time
 SUBNET=10.215.0.0/16 # cni/10-kubelet-e2e.conflist
-ALL=(plumbing logs exec liveness readiness crashloop kill killcreate killstart killstop dbus teardown)
 SCENARIOS=("$@")
-((${#SCENARIOS[@]})) || SCENARIOS=("${ALL[@]}")
+((${#SCENARIOS[@]})) || SCENARIOS=("${ALL_SCENARIOS[@]}")
 
 require_root
 PODUNIT_BINARY=$(realpath -e "$PODUNIT_BINARY") || die "no podunit binary (run make build)"
@@ -59,6 +59,7 @@ D=$BASE/sd
 SOCK=$D/run/podunit/podunit.sock
 MANIFESTS=$BASE/manifests
 PODLOGS=$BASE/pods
+PODUNIT_LIB=$BASE/lib
 mkdir -p "$BASE/lib" "$PODLOGS" "$BASE/etc" "$BASE/kubelet" "$MANIFESTS"
 cat /proc/sys/net/ipv4/ip_forward >"$BASE/ip_forward.orig"
 registry_was_up=0
@@ -151,15 +152,7 @@ NODE=$(hx hostname)
 
 # ---------------------------------------------------------------- scenarios --
 source "$HERE/scenarios.sh"
-for s in "${SCENARIOS[@]}"; do
-	declare -F "scenario_$s" >/dev/null || die "unknown scenario $s (known: ${ALL[*]})"
-	log "==== $s"
-	"scenario_$s" || true
-	if [[ -n $ABORT ]]; then
-		fail aborted "$ABORT: the remaining scenarios (after $s) would only time out"
-		break
-	fi
-done
+run_scenarios "${SCENARIOS[@]}"
 
 summary="kubelet-e2e: $PASSED passed, $FAILED failed"
 trap - EXIT INT TERM

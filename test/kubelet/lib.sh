@@ -1,11 +1,18 @@
-# lib.sh — helpers for e2e.sh (sourced). Expects D, SOCK, E2E_OUT, HARNESS.
+# lib.sh — helpers for e2e.sh and node-e2e.sh (sourced). Expects D (the
+# root the node's /run is under: the harness directory, or empty on a real
+# node), SOCK, E2E_OUT, MANIFESTS, PODLOGS, PODUNIT_LIB, HERE, SUBNET (the pods'
+# /16), and hx (runs a
+# command on the node: in the harness, or directly).
 
 PASSED=0 FAILED=0 FAILED_NAMES="" SCENARIO_SINCE=$(date +%s)
 # set by a scenario when nothing after it can work (no container ever runs)
 ABORT=""
 KUBELET_PODS=http://127.0.0.1:11255/pods
 
-hx() { bash "$HARNESS" exec "$D" "$@"; }
+# the pods' manifests (node-e2e.sh adapts copies of them)
+: "${TEMPLATES:=$HERE/manifests}"
+ALL_SCENARIOS=(plumbing logs exec liveness readiness crashloop kill killcreate killstart killstop dbus teardown)
+
 cri() { crictl --timeout 30s --runtime-endpoint "unix://$SOCK" --image-endpoint "unix://$SOCK" "$@" 2>/dev/null; }
 journal() { journalctl -D "$D/run/log/journal" --no-pager -o short-precise -u "$@" 2>/dev/null; }
 
@@ -89,7 +96,7 @@ sandboxes() {
 }
 ready_sandbox() { sandboxes "$1" | awk '$2 == "SANDBOX_READY" {print $1; exit}'; }
 
-add_pod() { cp "$HERE/manifests/$1.yaml" "$MANIFESTS/$1.yaml"; }
+add_pod() { cp "$TEMPLATES/$1.yaml" "$MANIFESTS/$1.yaml"; }
 remove_pod() { rm -f "$MANIFESTS/$1.yaml"; }
 pod_running() { is_running "$1" "$2"; }
 
@@ -104,5 +111,20 @@ snapshot() {
 		printf '%s %s %s %s\n' "$id" "$(cri inspect "$id" | jq -r '.status.startedAt')" \
 			"$(hx systemctl show -P MainPID "podunit-ctr-$id.service")" \
 			"$(hx systemctl show -P ExecMainStartTimestampMonotonic "podunit-ctr-$id.service")"
+	done
+}
+
+# run_scenarios NAME...: run each scenario (scenarios.sh) in order; stop
+# early when one sets ABORT
+run_scenarios() {
+	local s
+	for s in "$@"; do
+		declare -F "scenario_$s" >/dev/null || die "unknown scenario $s (known: ${ALL_SCENARIOS[*]})"
+		log "==== $s"
+		"scenario_$s" || true
+		if [[ -n $ABORT ]]; then
+			fail aborted "$ABORT: the remaining scenarios (after $s) would only time out"
+			break
+		fi
 	done
 }

@@ -5,7 +5,7 @@ ensure_pod() { [[ -e $MANIFESTS/$1.yaml ]] || add_pod "$1"; }
 
 # add_pod_as TEMPLATE NAME: a copy of manifests/TEMPLATE.yaml named NAME
 add_pod_as() {
-	sed "s/^  name: $1\$/  name: $2/" "$HERE/manifests/$1.yaml" >"$MANIFESTS/$2.yaml"
+	sed "s/^  name: $1\$/  name: $2/" "$TEMPLATES/$1.yaml" >"$MANIFESTS/$2.yaml"
 }
 
 # at_sandbox_birth SECONDS NAME CMD...: add a late pod named NAME and run CMD
@@ -28,12 +28,18 @@ at_sandbox_birth() {
 	return 1
 }
 
+# podunit_replaced OLDPID: systemd runs a podunit other than OLDPID
+podunit_replaced() {
+	local p
+	p=$(podunit_pid)
+	[[ -n $p && $p != 0 && $p != "$1" ]]
+}
+
 kill_podunit() {
 	local old
 	old=$(podunit_pid)
 	hx kill -9 "$old"
-	wait_until 30 "podunit restarted by systemd" sh -c \
-		"p=\$(bash '$HARNESS' exec '$D' systemctl show -P MainPID podunit.service); [ \"\$p\" != 0 ] && [ \"\$p\" != $old ]" &&
+	wait_until 30 "podunit restarted by systemd" podunit_replaced "$old" &&
 		wait_until 60 "podunit serving again" cri version
 }
 
@@ -171,12 +177,12 @@ scenario_readiness() {
 		log "nginx's log: $(tail -n 3 "$(ls -v "$PODLOGS"/default_web-"$NODE"_*/nginx/*.log | tail -n1)")"
 	local ip
 	ip=$(kpod web | jq -r '.status.podIP // empty')
-	check readiness-podip "pod IP '$ip' not in 10.215.0.0/16" grep -qE '^10\.215\.' <<<"$ip"
+	check readiness-podip "pod IP '$ip' not in $SUBNET" test "${ip%.*.*}" = "${SUBNET%.*.*/16}"
 	if ! check readiness-curl "GET http://$ip/ from the host failed" curl -fsS --max-time 5 -o /dev/null "http://$ip/"; then
 		# tell "nginx does not serve" from "the pod network does not carry it"
 		log "inside the pod: $(cri exec -s "$(running_ctr web nginx)" wget -qO- http://127.0.0.1/ 2>&1 | head -c 80)"
 		log "host neighbours: $(ip neigh show dev pu-ke2e0 | paste -sd';'); ports on pu-ke2e0: $(bridge link show master pu-ke2e0 2>/dev/null | grep -c .)"
-		log "routes: $(ip route show 10.215.0.0/16 | paste -sd';'); ping: $(ping -c1 -W1 "$ip" >/dev/null 2>&1 && echo ok || echo lost)"
+		log "routes: $(ip route show "$SUBNET" | paste -sd';'); ping: $(ping -c1 -W1 "$ip" >/dev/null 2>&1 && echo ok || echo lost)"
 	fi
 }
 
@@ -358,7 +364,7 @@ scenario_teardown() {
 	check teardown-no-mounts "mounts left: $mounts" test -z "$mounts"
 	pins=$(ls "$D"/run/podunit/*ns/ 2>/dev/null | grep -vE '^$|:$' || true)
 	check teardown-no-pins "namespace pins left: $pins" test -z "$pins"
-	files=$(find "$D/run/podunit" "$BASE/lib" -path "$BASE/lib/storage" -prune -o -print 2>/dev/null | grep -F -f <(echo "$ids") | head -n 20 || true)
+	files=$(find "$D/run/podunit" "$PODUNIT_LIB" -path "$PODUNIT_LIB/storage" -prune -o -print 2>/dev/null | grep -F -f <(echo "$ids") | head -n 20 || true)
 	check teardown-no-state "files of removed pods left: $files" test -z "$files"
 	procs=$(hx ps -eo pid,args --no-headers | grep -E 'sleep|nginx|sh -c|catatonit|runc|crun' | grep -v grep || true)
 	check teardown-no-processes "container processes left: $procs" test -z "$procs"

@@ -13,13 +13,18 @@
 #      the guest's 127.0.0.1:5000 is the host's test registry (ssh -R);
 #   3. critest v1.37.0 in the guest, judged by test/critest/expected-pass-v2.txt
 #      (VM_CRITEST_FOCUS narrows it; VM_CRITEST=0 skips it);
-#   4. the Go suite tagged `vm` (node_test.go: podunit's CRI over the
+#   4. the kubelet scenarios of test/kubelet (node-e2e.sh: e2e.sh's checks
+#      with the node's own paths) under a real kubelet v1.37 in the guest,
+#      failCgroupV1 at its default, the systemd cgroup driver
+#      (VM_KUBELET_SCENARIOS narrows them; VM_KUBELET=0 skips them);
+#   5. the Go suite tagged `vm` (node_test.go: podunit's CRI over the
 #      forwarded socket, limits, OOM, daemon-reload, package remove /
 #      reinstall / upgrade with a container running; v2_test.go: systemd
 #      over the forwarded bus); VM_GO=0 skips it.
 #
 # Last lines:  vm-go (cgroup v2 node): ok|FAILED
 #              critest (cgroup v2 node): N passed, M failed
+#              kubelet-e2e (cgroup v2 node): N passed, M failed
 #
 # Under CI=true a VM that cannot be built or booted FAILS the tier; elsewhere
 # (not root, tools missing) it prints "SKIP: cgroup v2 VM tier: <why>" and
@@ -34,6 +39,8 @@ OUT=${VM_OUT:-/var/tmp/podunit-vm-run}
 : "${VM_CRITEST_FOCUS=}"
 : "${VM_CRITEST:=1}"
 : "${VM_GO:=1}"
+: "${VM_KUBELET:=1}"
+: "${VM_KUBELET_SCENARIOS=}"
 : "${KEEP:=0}"
 skip() {
 	if [[ ${CI:-} == true ]]; then echo "FAIL: cgroup v2 VM tier: $*" >&2; exit 1; fi
@@ -89,6 +96,13 @@ mkdir -p "$stage/kit"
 (cd "$REPO" && CGO_ENABLED=0 go build -o "$stage/probe" ./test/vm/probe)
 cp "$HERE/runc-leaf.sh" "$HERE/node.sh" "$REPO/test/harness/make-busybox-bundle.sh" "$DEB" "$stage/"
 cp "$(command -v critest)" "$(command -v crictl)" "$stage/"
+if [[ $VM_KUBELET == 1 ]]; then
+	KUBELET=${KUBELET:-$(bash "$REPO/test/kubelet/build-kubelet.sh")}
+	mkdir -p "$stage/tree/test/critest"
+	cp "$KUBELET" "$stage/kubelet"
+	cp -r "$REPO/test/kubelet" "$stage/tree/test/"
+	cp "$REPO/test/critest/lib.sh" "$stage/tree/test/critest/"
+fi
 cp "$KIT_DIR/registries.conf" "$KIT_DIR/policy.json" "$REPO"/test/cni/*.conflist "$stage/kit/"
 bash "$HERE/vm.sh" push "$RUN" "$stage" /opt/podunit-vm
 vssh 'install -m 0755 /opt/podunit-vm/crictl /usr/local/bin/crictl'
@@ -122,8 +136,23 @@ if [[ $VM_CRITEST == 1 ]]; then
 		rc=1
 	fi
 fi
-# after critest: the Go suite ends by removing, reinstalling and upgrading
-# the package
+ksummary=""
+if [[ $VM_KUBELET == 1 ]]; then
+	echo "kubelet scenarios in the VM (${VM_KUBELET_SCENARIOS:-all})" >&2
+	t0=$(date +%s)
+	krc=0
+	# shellcheck disable=SC2086 # scenario names are words
+	vssh "bash /opt/podunit-vm/tree/test/kubelet/node-e2e.sh /opt/podunit-vm/kubelet $VM_KUBELET_SCENARIOS" \
+		2>&1 | tee "$OUT/kubelet-e2e.log" || krc=1
+	vssh 'tar -C /var/tmp/kubelet-e2e -cf - .' 2>/dev/null | (mkdir -p "$OUT/kubelet-e2e" && tar -C "$OUT/kubelet-e2e" -xf -) || true
+	ksummary=$(grep -E '^kubelet-e2e: [0-9]+ passed, [0-9]+ failed$' "$OUT/kubelet-e2e.log" | tail -n 1 |
+		sed 's/^kubelet-e2e:/kubelet-e2e (cgroup v2 node):/')
+	[[ -n $ksummary ]] || { ksummary="kubelet-e2e (cgroup v2 node): no summary"; krc=1; }
+	((krc)) && rc=1
+	echo "the kubelet scenarios in the VM took $(($(date +%s) - t0)) s" >&2
+fi
+# after critest and the kubelet: the Go suite ends by removing, reinstalling
+# and upgrading the package
 gorc=0
 if [[ $VM_GO == 1 ]]; then
 	(cd "$REPO" && go test -tags "$GO_TAGS,vm" -count=1 -timeout 30m -v ./test/vm/ "$@") || gorc=1
@@ -141,4 +170,5 @@ if [[ $VM_GO == 1 ]]; then
 	if ((gorc)); then echo "vm-go (cgroup v2 node): FAILED"; else echo "vm-go (cgroup v2 node): ok"; fi
 fi
 [[ -z $summary ]] || echo "$summary"
+[[ -z $ksummary ]] || echo "$ksummary"
 exit $rc
