@@ -2,6 +2,7 @@ package container
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/podunit/podunit/apparmor"
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/oci"
@@ -19,13 +21,14 @@ import (
 // OptionsFromConfig derives the manager's options from podunit's
 // configuration and the host: containers keep their records under
 // <state_dir>/containers and their bundles under <run_dir>/containers, the
-// units run this very binary as their helpers.
-func OptionsFromConfig(cfg *config.Config) (Options, error) {
+// units run this very binary as their helpers. log is the manager's logger
+// (and AppArmor's).
+func OptionsFromConfig(cfg *config.Config, log *slog.Logger) (Options, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return Options{}, fmt.Errorf("container manager: own executable: %w", err)
 	}
-	caps, host := DetectHost("/sys/fs/cgroup")
+	caps, host := DetectHost("/sys/fs/cgroup", log)
 	mountinfo, _ := os.ReadFile("/proc/self/mountinfo")
 	return Options{
 		NoHugetlb:      !DetectHugetlb("/sys/fs/cgroup", string(mountinfo)),
@@ -36,6 +39,7 @@ func OptionsFromConfig(cfg *config.Config) (Options, error) {
 		DefaultHandler: cfg.Runtime.DefaultHandler,
 		Caps:           caps,
 		Host:           host,
+		Logger:         log,
 	}, nil
 }
 
@@ -80,12 +84,19 @@ func RuntimesFromConfig(handlers map[string]config.Handler, execDir string) (map
 // DetectHost reads what the unit properties and specs depend on: the
 // cgroup layout, systemd's version and this process's limits. Failures
 // fall back to conservative values (v1 names, systemd 252's features).
-func DetectHost(cgroupRoot string) (unitprops.Caps, oci.Host) {
+// With AppArmor on, RuntimeDefault maps to podunit's default profile,
+// loaded on first use; log gets AppArmor's warnings.
+func DetectHost(cgroupRoot string, log *slog.Logger) (unitprops.Caps, oci.Host) {
 	caps := unitprops.Caps{SystemdVersion: systemdVersion()}
 	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil {
 		caps.CgroupV2 = true
 	}
-	host := oci.Host{AppArmorEnabled: oci.AppArmorEnabled(), CgroupNamespace: caps.CgroupV2}
+	host := oci.Host{CgroupNamespace: caps.CgroupV2}
+	if aa := apparmor.NewHost(log); aa.Enabled() {
+		host.AppArmorEnabled = true
+		host.AppArmorDefaultProfile = apparmor.DefaultProfile
+		host.AppArmor = aa
+	}
 	if adj, err := oci.CurrentOOMScoreAdj(); err == nil {
 		host.OOMScoreAdjMin = &adj
 	}

@@ -239,7 +239,7 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 	undo = append(undo, func(ctx context.Context) error { return m.imgs.DeleteImageVolumes(ctx, id) })
 
 	unit := unitName(id)
-	spec, user, err := m.buildSpec(specRequest{
+	spec, user, err := m.buildSpec(ctx, specRequest{
 		id: id, cfg: cfg, sandboxCfg: sandboxCfg, pod: pod, img: img, rootfs: rootfs,
 		cgroupsPath: systemd.SlicePath(pod.Slice) + "/" + unit + "/container",
 	})

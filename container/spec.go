@@ -1,6 +1,7 @@
 package container
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -24,8 +25,9 @@ type specRequest struct {
 }
 
 // buildSpec does the host lookups spec generation needs (users in the
-// image, devices, seccomp profile) and then the pure generation.
-func (m *Manager) buildSpec(r specRequest) (*specs.Spec, *oci.User, error) {
+// image, devices, seccomp and AppArmor profiles) and then the pure
+// generation.
+func (m *Manager) buildSpec(ctx context.Context, r specRequest) (*specs.Spec, *oci.User, error) {
 	sc := r.cfg.GetLinux().GetSecurityContext()
 	user, err := oci.ResolveUser(r.rootfs, sc, r.img.Config.User)
 	if err != nil {
@@ -36,6 +38,10 @@ func (m *Manager) buildSpec(r specRequest) (*specs.Spec, *oci.User, error) {
 		return nil, nil, fmt.Errorf("create container %q: devices: %w", r.cfg.GetMetadata().GetName(), err)
 	}
 	seccomp, err := oci.LoadSeccompLocalhost(sc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create container %q: %w", r.cfg.GetMetadata().GetName(), err)
+	}
+	aa, err := oci.LoadAppArmor(ctx, sc, m.opts.Host)
 	if err != nil {
 		return nil, nil, fmt.Errorf("create container %q: %w", r.cfg.GetMetadata().GetName(), err)
 	}
@@ -61,6 +67,7 @@ func (m *Manager) buildSpec(r specRequest) (*specs.Spec, *oci.User, error) {
 		ResolvedUser:     user,
 		Devices:          devs,
 		SeccompLocalhost: seccomp,
+		AppArmor:         aa,
 		Host:             m.opts.Host,
 	})
 	if err != nil {

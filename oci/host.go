@@ -2,6 +2,7 @@ package oci
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -77,10 +78,56 @@ func CurrentOOMScoreAdj() (int, error) {
 	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
-// AppArmorEnabled reports whether the kernel enforces AppArmor.
-func AppArmorEnabled() bool {
-	b, err := os.ReadFile("/sys/module/apparmor/parameters/enabled")
-	return err == nil && strings.HasPrefix(string(b), "Y")
+// AppArmorKernel is the host's AppArmor as LoadAppArmor needs it
+// (apparmor.Host).
+type AppArmorKernel interface {
+	// IsLoaded: a profile of that name is loaded in the kernel.
+	IsLoaded(name string) (bool, error)
+	// EnsureDefault loads podunit's default profile under name unless it
+	// is loaded.
+	EnsureDefault(ctx context.Context, name string) error
+}
+
+// AppArmorState is what the kernel said about the profiles a container's
+// config needs (LoadAppArmor); withAppArmor decides by it.
+type AppArmorState struct {
+	// LocalhostLoaded: the Localhost profile the config names is loaded.
+	LocalhostLoaded bool
+	// DefaultErr is why Host.AppArmorDefaultProfile could not be loaded;
+	// nil when it is loaded or not needed.
+	DefaultErr error
+}
+
+// LoadAppArmor asks the kernel about the AppArmor profile sc names (typed
+// field, else the deprecated string): whether a Localhost profile is
+// loaded, or, for RuntimeDefault and an unset profile, loads the default
+// one when it is not. Nothing is asked for privileged or Unconfined
+// containers or with AppArmor off. Errors are the kernel's (unreadable
+// profiles list); a failed default load is returned in the state.
+func LoadAppArmor(ctx context.Context, sc *runtimeapi.LinuxContainerSecurityContext, host Host) (AppArmorState, error) {
+	var st AppArmorState
+	p := appArmorProfile(sc)
+	if !host.AppArmorEnabled || host.AppArmor == nil || sc.GetPrivileged() ||
+		p.GetProfileType() == runtimeapi.SecurityProfile_Unconfined {
+		return st, nil
+	}
+	switch p.GetProfileType() {
+	case runtimeapi.SecurityProfile_Localhost:
+		name, err := appArmorLocalhost(p)
+		if err != nil {
+			return st, nil // withAppArmor rejects it
+		}
+		ok, err := host.AppArmor.IsLoaded(name)
+		if err != nil {
+			return st, fmt.Errorf("apparmor localhost profile %q: %w", name, err)
+		}
+		st.LocalhostLoaded = ok
+	case runtimeapi.SecurityProfile_RuntimeDefault: // also unset (nil)
+		if host.AppArmorDefaultProfile != "" {
+			st.DefaultErr = host.AppArmor.EnsureDefault(ctx, host.AppArmorDefaultProfile)
+		}
+	}
+	return st, nil
 }
 
 // LoadSeccompLocalhost reads the Localhost seccomp profile sc names (typed

@@ -47,6 +47,9 @@ type SpecInput struct {
 	// SeccompDefault, when set, replaces the built-in RuntimeDefault profile
 	// (operator configuration, Docker or runtime-spec JSON).
 	SeccompDefault []byte
+	// AppArmor is what the kernel says about the profiles the config needs
+	// (LoadAppArmor).
+	AppArmor AppArmorState
 	// Rlimits are the operator's process limits; none means inherit.
 	Rlimits []specs.POSIXRlimit
 	Host    Host
@@ -103,9 +106,15 @@ type Device struct {
 
 // Host holds facts about the machine and the runtime podunit runs.
 type Host struct {
+	// AppArmorEnabled: the kernel enforces AppArmor (apparmor.Host.Enabled).
 	AppArmorEnabled bool
-	// AppArmorDefaultProfile is the loaded profile RuntimeDefault maps to.
+	// AppArmorDefaultProfile is the profile RuntimeDefault, and an unset
+	// profile of a non-privileged container, map to (apparmor.DefaultProfile);
+	// empty: RuntimeDefault is unimplemented.
 	AppArmorDefaultProfile string
+	// AppArmor answers LoadAppArmor's questions (apparmor.Host); nil with
+	// AppArmor off.
+	AppArmor AppArmorKernel
 	// OOMScoreAdjMin is podunit's own oom_score_adj: without CAP_SYS_RESOURCE
 	// nothing lower can be set, so requests are clamped up to it. nil: no clamp.
 	OOMScoreAdjMin *int
@@ -192,7 +201,7 @@ func specOpts(in *SpecInput) []SpecOpt {
 		withSeccomp(seccompProfile(sc), privileged, seccompSources{
 			Localhost: in.SeccompLocalhost, Default: in.SeccompDefault, Arch: in.Host.Arch,
 		}),
-		withAppArmor(appArmorProfile(sc), privileged, in.Host),
+		withAppArmor(appArmorProfile(sc), privileged, in.Host, in.AppArmor),
 		withSysctls(in.SandboxConfig.GetLinux().GetSysctls()),
 		withResources(in.Config.GetLinux().GetResources()),
 		withCgroupsPath(in.CgroupsPath),

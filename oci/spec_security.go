@@ -265,11 +265,33 @@ func withSeccomp(p *runtimeapi.SecurityProfile, privileged bool, src seccompSour
 	}
 }
 
-func withAppArmor(p *runtimeapi.SecurityProfile, privileged bool, host Host) SpecOpt {
+// appArmorLocalhost is the profile name a Localhost reference names: the
+// kubelet sends "localhost/<name>" in the typed field too.
+func appArmorLocalhost(p *runtimeapi.SecurityProfile) (string, error) {
+	name := strings.TrimPrefix(p.GetLocalhostRef(), "localhost/")
+	if name == "" || strings.ContainsAny(name, "\x00\n") {
+		return "", invalid("apparmor", "invalid localhost profile name %q", p.GetLocalhostRef())
+	}
+	return name, nil
+}
+
+// withAppArmor sets the process's AppArmor profile (containerd's rules):
+// privileged and Unconfined run unconfined; with AppArmor on, RuntimeDefault
+// and an unset profile get Host.AppArmorDefaultProfile (unset falls back to
+// unconfined when it could not be loaded, RuntimeDefault fails), Localhost
+// needs its profile loaded. With AppArmor off only Localhost is an error.
+func withAppArmor(p *runtimeapi.SecurityProfile, privileged bool, host Host, st AppArmorState) SpecOpt {
 	return func(s *specs.Spec) error {
 		pr := process(s)
 		pr.ApparmorProfile = ""
-		if privileged || p == nil || p.GetProfileType() == runtimeapi.SecurityProfile_Unconfined {
+		if privileged || p.GetProfileType() == runtimeapi.SecurityProfile_Unconfined {
+			return nil
+		}
+		if p == nil {
+			// kubernetes#51746: no profile means the runtime's default.
+			if host.AppArmorEnabled && host.AppArmorDefaultProfile != "" && st.DefaultErr == nil {
+				pr.ApparmorProfile = host.AppArmorDefaultProfile
+			}
 			return nil
 		}
 		switch p.GetProfileType() {
@@ -280,7 +302,11 @@ func withAppArmor(p *runtimeapi.SecurityProfile, privileged bool, host Host) Spe
 				return nil
 			}
 			if host.AppArmorDefaultProfile == "" {
-				return errorf(errdefs.ErrUnimplemented, "apparmor", "no default profile is loaded on this host")
+				return errorf(errdefs.ErrUnimplemented, "apparmor", "no default profile on this host")
+			}
+			if st.DefaultErr != nil {
+				// %v: the cause's own sentinel must not decide the code.
+				return errorf(errdefs.ErrPrecondition, "apparmor", "RuntimeDefault: %v", st.DefaultErr)
 			}
 			pr.ApparmorProfile = host.AppArmorDefaultProfile
 		case runtimeapi.SecurityProfile_Localhost:
@@ -288,9 +314,13 @@ func withAppArmor(p *runtimeapi.SecurityProfile, privileged bool, host Host) Spe
 				return errorf(errdefs.ErrUnimplemented, "apparmor",
 					"profile %q requested but AppArmor is not enabled on this host", p.GetLocalhostRef())
 			}
-			name := strings.TrimPrefix(p.GetLocalhostRef(), "localhost/")
-			if name == "" || strings.ContainsAny(name, "\x00\n") {
-				return invalid("apparmor", "invalid localhost profile name %q", p.GetLocalhostRef())
+			name, err := appArmorLocalhost(p)
+			if err != nil {
+				return err
+			}
+			if !st.LocalhostLoaded {
+				return errorf(errdefs.ErrPrecondition, "apparmor",
+					"localhost profile %q is not loaded (load it with apparmor_parser on the node)", name)
 			}
 			pr.ApparmorProfile = name
 		default:

@@ -1,7 +1,9 @@
 package oci
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -235,27 +237,41 @@ func TestLegacyProfiles(t *testing.T) {
 func TestAppArmor(t *testing.T) {
 	rd := &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}
 	local := &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: "localhost/my-prof"}
+	bare := &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: "my-prof"}
+	unconfined := &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}
 	on := Host{AppArmorEnabled: true, AppArmorDefaultProfile: "podunit-default"}
+	loaded := AppArmorState{LocalhostLoaded: true}
+	noDefault := AppArmorState{DefaultErr: fmt.Errorf("no parser: %w", errdefs.ErrNotFound)}
 	tests := []struct {
 		name       string
 		p          *runtimeapi.SecurityProfile
 		privileged bool
 		host       Host
+		st         AppArmorState
 		want       string
 		err        error
 	}{
 		{name: "off, default is nothing", p: rd},
+		{name: "off, unset is nothing", p: nil},
 		{name: "off, localhost", p: local, err: errdefs.ErrUnimplemented},
-		{name: "off, unconfined", p: &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}},
+		{name: "off, unconfined", p: unconfined},
 		{name: "on, default", p: rd, host: on, want: "podunit-default"},
-		{name: "on, no default loaded", p: rd, host: Host{AppArmorEnabled: true}, err: errdefs.ErrUnimplemented},
-		{name: "on, localhost", p: local, host: on, want: "my-prof"},
+		{name: "on, unset gets the default", p: nil, host: on, want: "podunit-default"},
+		{name: "on, unset privileged", p: nil, host: on, privileged: true},
+		{name: "on, unset, default not loadable: unconfined", p: nil, host: on, st: noDefault},
+		{name: "on, default not loadable", p: rd, host: on, st: noDefault, err: errdefs.ErrPrecondition},
+		{name: "on, no default profile", p: rd, host: Host{AppArmorEnabled: true}, err: errdefs.ErrUnimplemented},
+		{name: "on, unconfined", p: unconfined, host: on},
+		{name: "on, localhost", p: local, host: on, st: loaded, want: "my-prof"},
+		{name: "on, localhost without prefix", p: bare, host: on, st: loaded, want: "my-prof"},
+		{name: "on, localhost not loaded", p: local, host: on, err: errdefs.ErrPrecondition},
 		{name: "on, privileged", p: local, host: on, privileged: true},
-		{name: "on, empty localhost", p: &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost}, host: on, err: errdefs.ErrInvalid},
+		{name: "on, empty localhost", p: &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost}, host: on, st: loaded, err: errdefs.ErrInvalid},
+		{name: "on, localhost prefix only", p: &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: "localhost/"}, host: on, st: loaded, err: errdefs.ErrInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := apply(t, withAppArmor(tt.p, tt.privileged, tt.host))
+			s, err := apply(t, withAppArmor(tt.p, tt.privileged, tt.host, tt.st))
 			if wantErr(t, err, tt.err) {
 				return
 			}
@@ -263,5 +279,131 @@ func TestAppArmor(t *testing.T) {
 				t.Errorf("profile = %q, want %q", s.Process.ApparmorProfile, tt.want)
 			}
 		})
+	}
+	// the cause's sentinel must not turn the code into NotFound
+	_, err := apply(t, withAppArmor(rd, false, on, noDefault))
+	if errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("RuntimeDefault error wraps the cause's sentinel: %v", err)
+	}
+}
+
+// fakeAppArmor is a kernel with a fixed set of loaded profiles.
+type fakeAppArmor struct {
+	loaded     map[string]bool
+	listErr    error
+	defaultErr error
+	asked      []string
+	ensured    []string
+}
+
+func (f *fakeAppArmor) IsLoaded(name string) (bool, error) {
+	f.asked = append(f.asked, name)
+	return f.loaded[name], f.listErr
+}
+
+func (f *fakeAppArmor) EnsureDefault(_ context.Context, name string) error {
+	f.ensured = append(f.ensured, name)
+	if f.defaultErr == nil {
+		f.loaded[name] = true
+	}
+	return f.defaultErr
+}
+
+// TestLoadAppArmorAndSpec is critest's AppArmor suite on a fake kernel:
+// LoadAppArmor's answers make GenerateSpec accept loaded profiles (typed
+// field preferred over the deprecated one) and reject unloaded ones.
+func TestLoadAppArmorAndSpec(t *testing.T) {
+	const deny, audit, missing = "cri-validate-apparmor-test-deny-write", "cri-validate-apparmor-test-audit-write", "non-existent-profile"
+	typed := func(ref string) *runtimeapi.SecurityProfile {
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: ref}
+	}
+	tests := []struct {
+		name    string
+		sc      *runtimeapi.LinuxContainerSecurityContext
+		want    string
+		asked   string
+		ensured bool
+		err     error
+	}{
+		{name: "deprecated unloaded", sc: &runtimeapi.LinuxContainerSecurityContext{ApparmorProfile: "localhost/" + missing},
+			asked: missing, err: errdefs.ErrPrecondition},
+		{name: "deprecated loaded", sc: &runtimeapi.LinuxContainerSecurityContext{ApparmorProfile: "localhost/" + deny},
+			asked: deny, want: deny},
+		{name: "typed unloaded", sc: &runtimeapi.LinuxContainerSecurityContext{Apparmor: typed("localhost/" + missing)},
+			asked: missing, err: errdefs.ErrPrecondition},
+		{name: "typed loaded", sc: &runtimeapi.LinuxContainerSecurityContext{Apparmor: typed("localhost/" + audit)},
+			asked: audit, want: audit},
+		{name: "both unloaded", sc: &runtimeapi.LinuxContainerSecurityContext{ApparmorProfile: "localhost/" + missing, Apparmor: typed("localhost/" + missing)},
+			asked: missing, err: errdefs.ErrPrecondition},
+		{name: "typed preferred", sc: &runtimeapi.LinuxContainerSecurityContext{ApparmorProfile: "localhost/" + missing, Apparmor: typed("localhost/" + deny)},
+			asked: deny, want: deny},
+		{name: "unset gets the default", sc: &runtimeapi.LinuxContainerSecurityContext{}, ensured: true, want: "podunit-default"},
+		{name: "runtime/default", sc: &runtimeapi.LinuxContainerSecurityContext{ApparmorProfile: "runtime/default"}, ensured: true, want: "podunit-default"},
+		{name: "unconfined", sc: &runtimeapi.LinuxContainerSecurityContext{Apparmor: &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k := &fakeAppArmor{loaded: map[string]bool{deny: true, audit: true, "other": true}}
+			in := baseInput()
+			in.Config.Linux.SecurityContext = tt.sc
+			in.Host = Host{AppArmorEnabled: true, AppArmorDefaultProfile: "podunit-default", AppArmor: k}
+			st, err := LoadAppArmor(context.Background(), tt.sc, in.Host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.asked != "" && !slices.Equal(k.asked, []string{tt.asked}) || tt.asked == "" && k.asked != nil {
+				t.Errorf("asked about %q, want %q", k.asked, tt.asked)
+			}
+			if tt.ensured != (len(k.ensured) == 1) || len(k.ensured) > 1 {
+				t.Errorf("EnsureDefault calls %q, want ensured=%v", k.ensured, tt.ensured)
+			}
+			in.AppArmor = st
+			s, err := GenerateSpec(in)
+			if wantErr(t, err, tt.err) {
+				return
+			}
+			if s.Process.ApparmorProfile != tt.want {
+				t.Errorf("profile = %q, want %q", s.Process.ApparmorProfile, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadAppArmorAsksNothing(t *testing.T) {
+	local := &runtimeapi.LinuxContainerSecurityContext{ApparmorProfile: "localhost/x"}
+	for name, tt := range map[string]struct {
+		sc   *runtimeapi.LinuxContainerSecurityContext
+		host Host
+	}{
+		"apparmor off":      {sc: local, host: Host{}},
+		"privileged":        {sc: &runtimeapi.LinuxContainerSecurityContext{Privileged: true}},
+		"unconfined":        {sc: &runtimeapi.LinuxContainerSecurityContext{ApparmorProfile: "unconfined"}},
+		"no default":        {sc: &runtimeapi.LinuxContainerSecurityContext{}, host: Host{AppArmorEnabled: true}},
+		"invalid localhost": {sc: &runtimeapi.LinuxContainerSecurityContext{ApparmorProfile: "localhost/"}},
+	} {
+		k := &fakeAppArmor{loaded: map[string]bool{}}
+		h := tt.host
+		if name != "apparmor off" && name != "no default" {
+			h = Host{AppArmorEnabled: true, AppArmorDefaultProfile: "podunit-default"}
+		}
+		h.AppArmor = k
+		if st, err := LoadAppArmor(context.Background(), tt.sc, h); err != nil || st != (AppArmorState{}) || k.asked != nil || k.ensured != nil {
+			t.Errorf("%s: state %+v err %v, asked %q ensured %q", name, st, err, k.asked, k.ensured)
+		}
+	}
+}
+
+func TestLoadAppArmorErrors(t *testing.T) {
+	host := Host{AppArmorEnabled: true, AppArmorDefaultProfile: "podunit-default"}
+	k := &fakeAppArmor{loaded: map[string]bool{}, listErr: errors.New("permission denied")}
+	host.AppArmor = k
+	if _, err := LoadAppArmor(context.Background(), &runtimeapi.LinuxContainerSecurityContext{ApparmorProfile: "localhost/x"}, host); err == nil {
+		t.Error("unreadable profiles list: want an error")
+	}
+	k = &fakeAppArmor{loaded: map[string]bool{}, defaultErr: fmt.Errorf("no parser: %w", errdefs.ErrPrecondition)}
+	host.AppArmor = k
+	st, err := LoadAppArmor(context.Background(), &runtimeapi.LinuxContainerSecurityContext{}, host)
+	if err != nil || !errors.Is(st.DefaultErr, errdefs.ErrPrecondition) {
+		t.Errorf("failed default load: state %+v err %v", st, err)
 	}
 }

@@ -125,11 +125,10 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	s.hub = events.NewHub(events.HubOptions{})
 	hub := s.hub
 
-	copts, err := container.OptionsFromConfig(cfg)
+	copts, err := container.OptionsFromConfig(cfg, log.With("component", "containers"))
 	if err != nil {
 		return nil, err
 	}
-	copts.Logger = log.With("component", "containers")
 	// The node's log relay moves container output to journald from
 	// outside the container units (package logrelay); it outlives podunit.
 	relaySock := filepath.Join(cfg.Paths.RunDir, "logrelay.sock")
