@@ -25,8 +25,9 @@ FOCUS ?=
 RUN_DEPS := runc crun containernetworking-plugins catatonit iptables iproute2 \
 	util-linux dbus systemd jq golang-github-containers-common golang-github-containers-image
 # what the tests need besides (critest's own list is in test/critest/install-tools.sh)
+# (apparmor: its parser checks the default profile podunit generates)
 TEST_DEPS := $(RUN_DEPS) gcc libc6-dev jq curl git busybox-static file \
-	qemu-system-x86 debootstrap e2fsprogs openssh-client
+	qemu-system-x86 debootstrap e2fsprogs openssh-client apparmor
 
 # `make run` outside a systemd host: harness state lives here
 export RUN_HARNESS ?= /var/lib/podunit-harness
