@@ -603,10 +603,7 @@ func TestHugepageLimitsDropped(t *testing.T) {
 // start) must not be throttled or OOM-killed in the container's place.
 func TestStartSetsCPUQuotaAfterStartJob(t *testing.T) {
 	e := newEnv(t)
-	id := e.create("pod1", "app")
-	if err := e.m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{CpuQuota: 10000, CpuPeriod: 100000}); err != nil {
-		t.Fatal(err)
-	}
+	id := e.createWithQuota(t, "pod1", "app")
 	var atStart map[string]any
 	e.sd.StartFunc = func(u *systemd.FakeUnit) systemd.JobResult {
 		atStart = maps.Clone(u.Props)
@@ -633,10 +630,7 @@ func TestStartFailsWhenCPUQuotaCannotBeSet(t *testing.T) {
 	e := newEnv(t)
 	e.deps.Systemd = refuseSetProperties{e.sd}
 	e.m = e.newManager()
-	id := e.create("pod1", "app")
-	if err := e.m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{CpuQuota: 10000, CpuPeriod: 100000}); err != nil {
-		t.Fatal(err)
-	}
+	id := e.createWithQuota(t, "pod1", "app")
 	if err := e.m.Start(ctx, id); err == nil {
 		t.Fatal("start succeeded without its CPU quota")
 	}
@@ -667,10 +661,7 @@ func (refuseSetProperties) SetUnitProperties(context.Context, string, ...systemd
 // next podunit finds the container running without them and sets them.
 func TestRecoverSetsLimitsAStartLeftUnset(t *testing.T) {
 	e := newEnv(t)
-	id := e.create("pod1", "app")
-	if err := e.m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{CpuQuota: 10000, CpuPeriod: 100000}); err != nil {
-		t.Fatal(err)
-	}
+	id := e.createWithQuota(t, "pod1", "app")
 	if err := e.m.Start(ctx, id); err != nil {
 		t.Fatal(err)
 	}
@@ -690,10 +681,7 @@ func TestRecoverSetsLimitsAStartLeftUnset(t *testing.T) {
 // A unit that has its limits is only read on recovery.
 func TestRecoverLeavesLimitsThatAreSet(t *testing.T) {
 	e := newEnv(t)
-	id := e.create("pod1", "app")
-	if err := e.m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{CpuQuota: 10000, CpuPeriod: 100000}); err != nil {
-		t.Fatal(err)
-	}
+	id := e.createWithQuota(t, "pod1", "app")
 	if err := e.m.Start(ctx, id); err != nil {
 		t.Fatal(err)
 	}
@@ -704,4 +692,15 @@ func TestRecoverLeavesLimitsThatAreSet(t *testing.T) {
 			t.Errorf("recover set properties of a unit that had them: %s", c)
 		}
 	}
+}
+
+// createWithQuota creates a container and gives it a 100m CPU quota, one of
+// the limits a runc start sets only after the start job.
+func (e *env) createWithQuota(t *testing.T, pod, name string) string {
+	t.Helper()
+	id := e.create(pod, name)
+	if err := e.m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{CpuQuota: 10000, CpuPeriod: 100000}); err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

@@ -154,14 +154,4 @@ NODE=$(hx hostname)
 source "$HERE/scenarios.sh"
 run_scenarios "${SCENARIOS[@]}"
 
-summary="kubelet-e2e: $PASSED passed, $FAILED failed"
-trap - EXIT INT TERM
-trc=0
-(cleanup) >"$E2E_OUT/teardown.log" 2>&1 || trc=$?
-if ((trc)); then
-	cat "$E2E_OUT/teardown.log" >&2
-	log "ERROR: teardown failed"
-fi
-if ((FAILED)); then log "failed checks:$FAILED_NAMES"; fi
-echo "$summary"
-((FAILED == 0 && trc == 0))
+finish_run

@@ -128,3 +128,18 @@ run_scenarios() {
 		fi
 	done
 }
+
+# finish_run: tear down (the caller's cleanup) into a log, then the summary
+# as the very last line; fails when a check or the teardown failed
+finish_run() {
+	local summary="kubelet-e2e: $PASSED passed, $FAILED failed" trc=0
+	trap - EXIT INT TERM
+	(cleanup) >"$E2E_OUT/teardown.log" 2>&1 || trc=$?
+	if ((trc)); then
+		cat "$E2E_OUT/teardown.log" >&2
+		log "ERROR: teardown failed"
+	fi
+	if ((FAILED)); then log "failed checks:$FAILED_NAMES"; fi
+	echo "$summary"
+	((FAILED == 0 && trc == 0))
+}
