@@ -135,7 +135,7 @@ clean:
 # harness: restarts, probes, logs, exec, teardown, podunit SIGKILL and D-Bus
 # restarts. The kubelet is built once from the Go module proxy and cached in
 # /var/cache/podunit-kubelet. SCENARIOS='logs exec' runs a subset
-# (test/kubelet/e2e.sh lists them). Not part of `make test` (~8 min).
+# (test/kubelet/e2e.sh lists them). A stage of `make test` (~8 min).
 .PHONY: kubelet kubelet-e2e
 kubelet:
 	@bash $(CURDIR)/test/kubelet/build-kubelet.sh
