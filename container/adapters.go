@@ -103,11 +103,9 @@ func (m *Manager) StreamTarget(ctx context.Context, id string) (streaming.Target
 		ID:         r.ID,
 		Running:    r.State == StateRunning,
 		RuntimeCmd: runtimeGlobals(rt),
-		Stdin:      r.Config.GetStdin(),
-		StdinOnce:  r.Config.GetStdinOnce(),
 		// Containers run without a terminal (output goes to the journal
 		// streams), so attach is plain even for tty configs.
-		TTY: false,
+		Stdin: r.Config.GetStdin(),
 	}
 	if t.Stdin {
 		t.StdinPath = m.stdinFIFO(r.ID)

@@ -12,6 +12,7 @@ import (
 	"github.com/podunit/podunit/exitrec"
 	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/systemd/systemdtest"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -27,7 +28,7 @@ type procEnv struct {
 func newProcEnv(t *testing.T) *procEnv {
 	e := &procEnv{env: newEnv(t), proc: filepath.Join(t.TempDir(), "proc")}
 	e.m.procRoot = e.proc
-	e.sd.StartFunc = func(u *systemd.FakeUnit) systemd.JobResult {
+	e.sd.StartFunc = func(u *systemdtest.Unit) systemd.JobResult {
 		id := idOfUnit(u.Name)
 		if err := os.WriteFile(filepath.Join(e.opts.RunDir, id, "pid"), []byte(strconv.Itoa(fakeInitPID)), 0o644); err != nil {
 			t.Error(err)

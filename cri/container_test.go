@@ -13,7 +13,7 @@ import (
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/oci"
-	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/systemd/systemdtest"
 	"github.com/podunit/podunit/unitprops"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -73,7 +73,7 @@ func containerServer(t *testing.T) *Server {
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"), Self: "/podunit",
 		Caps: unitprops.Caps{SystemdVersion: 252},
 	}, container.Deps{
-		Systemd: systemd.NewFake(), Images: ctrTestImages{dir: filepath.Join(dir, "rootfs")},
+		Systemd: systemdtest.New(), Images: ctrTestImages{dir: filepath.Join(dir, "rootfs")},
 		Pods: container.SandboxPods(s.pods), Runtimes: map[string]container.Runtime{"runc": ctrTestRuntime{}},
 	})
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/podunit/podunit/container"
 	"github.com/podunit/podunit/sandbox"
-	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/systemd/systemdtest"
 	"github.com/podunit/podunit/unitprops"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -25,7 +25,7 @@ func fuzzServer(f *testing.F) *Server {
 	dir := f.TempDir()
 	pods, err := sandbox.New(sandbox.Options{
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
-		Network: podTestNet{}, Systemd: systemd.NewFake(), Handlers: []string{"runc"},
+		Network: podTestNet{}, Systemd: systemdtest.New(), Handlers: []string{"runc"},
 	})
 	if err != nil {
 		f.Fatal(err)
@@ -34,7 +34,7 @@ func fuzzServer(f *testing.F) *Server {
 		StateDir: filepath.Join(dir, "cstate"), RunDir: filepath.Join(dir, "crun"), Self: "/podunit",
 		Caps: unitprops.Caps{SystemdVersion: 252},
 	}, container.Deps{
-		Systemd: systemd.NewFake(), Images: ctrTestImages{dir: filepath.Join(dir, "rootfs")},
+		Systemd: systemdtest.New(), Images: ctrTestImages{dir: filepath.Join(dir, "rootfs")},
 		Pods: container.SandboxPods(pods), Runtimes: map[string]container.Runtime{"runc": ctrTestRuntime{}},
 	})
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -92,15 +91,6 @@ func (c *CLI) global() []string {
 
 // RunArgv implements Runtime.
 func (c *CLI) RunArgv(id, bundle, pidFile string) []string {
-	return c.runArgv(id, bundle, pidFile, "")
-}
-
-// ConsoleRunArgv implements Runtime.
-func (c *CLI) ConsoleRunArgv(id, bundle, pidFile, consoleSocket string) []string {
-	return c.runArgv(id, bundle, pidFile, consoleSocket)
-}
-
-func (c *CLI) runArgv(id, bundle, pidFile, consoleSocket string) []string {
 	argv := c.global()
 	if c.flavor == FlavorCrun {
 		// crun refuses its cgroupfs manager on hybrid hosts and its systemd
@@ -109,32 +99,13 @@ func (c *CLI) runArgv(id, bundle, pidFile, consoleSocket string) []string {
 		argv = append(argv, "--cgroup-manager=disabled")
 	}
 	argv = append(argv, "run", "--detach", "--pid-file", pidFile)
-	if consoleSocket != "" {
-		argv = append(argv, "--console-socket", consoleSocket)
-	}
 	return append(argv, "--bundle", bundle, id)
 }
 
 // execArgv runs process.json in the foreground; pidFile tells podunit the
 // exec'd process so a timeout can kill it (killing the runtime would not).
-func (c *CLI) execArgv(id, processFile, pidFile, consoleSocket string) []string {
-	argv := append(c.global(), "exec", "--process", processFile, "--pid-file", pidFile)
-	if consoleSocket != "" {
-		argv = append(argv, "--console-socket", consoleSocket)
-	}
-	return append(argv, id)
-}
-
-func (c *CLI) killArgv(id string, sig syscall.Signal, all bool) []string {
-	argv := append(c.global(), "kill")
-	// crun without a cgroup manager has no process list for --all and
-	// silently signals nothing; the init is what it can reach (SIGKILL of a
-	// PID namespace's init ends the namespace; systemd's stop covers the
-	// unit's whole cgroup).
-	if all && c.flavor != FlavorCrun {
-		argv = append(argv, "--all")
-	}
-	return append(argv, id, strconv.Itoa(int(sig)))
+func (c *CLI) execArgv(id, processFile, pidFile string) []string {
+	return append(c.global(), "exec", "--process", processFile, "--pid-file", pidFile, id)
 }
 
 func (c *CLI) deleteArgv(id string, force bool) []string {
@@ -157,10 +128,6 @@ func (c *CLI) updateArgv(id string) []string {
 	}
 	return append(c.global(), "update", "--resources", "-", id)
 }
-
-func (c *CLI) stateArgv(id string) []string { return append(c.global(), "state", id) }
-
-func (c *CLI) listArgv() []string { return append(c.global(), "list", "--format", "json") }
 
 // command runs a short runtime command and classifies its failure.
 func (c *CLI) command(ctx context.Context, argv []string) ([]byte, error) {
@@ -219,12 +186,6 @@ func runtimeMessage(stderr string) string {
 	return last
 }
 
-// Kill implements Runtime.
-func (c *CLI) Kill(ctx context.Context, id string, sig syscall.Signal, all bool) error {
-	_, err := c.command(ctx, c.killArgv(id, sig, all))
-	return err
-}
-
 // Delete implements Runtime.
 func (c *CLI) Delete(ctx context.Context, id string, force bool) error {
 	_, err := c.command(ctx, c.deleteArgv(id, force))
@@ -249,30 +210,4 @@ func (c *CLI) Update(ctx context.Context, id string, r *specs.LinuxResources) er
 	}
 	_, err = c.commandInput(ctx, argv, b)
 	return err
-}
-
-// State implements Runtime.
-func (c *CLI) State(ctx context.Context, id string) (*State, error) {
-	out, err := c.command(ctx, c.stateArgv(id))
-	if err != nil {
-		return nil, err
-	}
-	var s State
-	if err := json.Unmarshal(out, &s); err != nil {
-		return nil, fmt.Errorf("%s state %s: decode %q: %w", c.cfg.Name, id, out, err)
-	}
-	return &s, nil
-}
-
-// List implements Runtime.
-func (c *CLI) List(ctx context.Context) ([]State, error) {
-	out, err := c.command(ctx, c.listArgv())
-	if err != nil {
-		return nil, err
-	}
-	var states []State
-	if err := json.Unmarshal(out, &states); err != nil {
-		return nil, fmt.Errorf("%s list: decode %q: %w", c.cfg.Name, out, err)
-	}
-	return states, nil
 }

@@ -17,16 +17,9 @@ import (
 	"time"
 )
 
-// fdStoreService is set by the integration tests: the test binary then
-// also serves as a systemd service inside the harness.
-var fdStoreService func() int
-
 func TestMain(m *testing.M) {
 	if os.Getenv("STREAMING_TEST_EXEC_HELPER") == "1" {
 		os.Exit(ExecHelperMain(os.Args[1:]))
-	}
-	if os.Getenv("STREAMING_FDSTORE_SERVICE") == "1" && fdStoreService != nil {
-		os.Exit(fdStoreService())
 	}
 	os.Exit(m.Run())
 }

@@ -152,6 +152,41 @@ func indexOf(v []string, s string) int {
 	return -1
 }
 
+// recvFD accepts one connection and reads one descriptor sent with
+// SCM_RIGHTS (runc and crun send the master this way).
+func recvFD(lis *net.UnixListener) (*os.File, error) {
+	conn, err := lis.AcceptUnix()
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	buf := make([]byte, 4096)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	_, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	for _, m := range msgs {
+		got, err := unix.ParseUnixRights(&m)
+		if err == nil {
+			fds = append(fds, got...)
+		}
+	}
+	if len(fds) == 0 {
+		return nil, errors.New("no descriptor in console socket message")
+	}
+	for _, fd := range fds[1:] {
+		unix.Close(fd)
+	}
+	unix.CloseOnExec(fds[0])
+	return os.NewFile(uintptr(fds[0]), "pty-master"), nil
+}
+
 // runTTYHelper runs a TTY exec through the helper.
 func runTTYHelper(ctx context.Context, helper []string, t Target, p ExecProcess) (int, error) {
 	args := append([]string{}, helper[1:]...)

@@ -19,13 +19,11 @@ type Target struct {
 	// RuntimeCmd is the OCI runtime binary and its global flags, as the
 	// container was created with them (e.g. runc --root /run/podunit/runc).
 	RuntimeCmd []string
-	// TTY, Stdin and StdinOnce are the container config's values; TTY
-	// means the container really runs on a terminal whose master Stdio
-	// holds (false when it was started without one).
-	TTY, Stdin, StdinOnce bool
-	// StdinPath is the container's stdin FIFO, used for attach input when
-	// Stdio holds no write end for it (the unit's wrapper opened the FIFO
-	// read-write itself: input works, stdin_once cannot end it).
+	// Stdin is the container config's value.
+	Stdin bool
+	// StdinPath is the container's stdin FIFO, where attach input goes
+	// (the unit's wrapper opened the FIFO read-write itself: input works,
+	// stdin_once cannot end it).
 	StdinPath string
 	// JournalMatch selects the container's output in the journal for
 	// non-TTY attach (journalctl match syntax, e.g. "CONTAINER_ID=<id>");
