@@ -82,7 +82,7 @@ func execProcess(ctr *specs.Process, cmd []string) specs.Process {
 }
 
 // running returns a container's record and runtime if it is running now.
-func (m *Manager) running(ctx context.Context, id string) (*record, Runtime, error) {
+func (m *Manager) running(ctx context.Context, id string) (*record, oci.Runtime, error) {
 	c, err := m.lookup(id)
 	if err != nil {
 		return nil, nil, err

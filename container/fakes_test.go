@@ -142,6 +142,13 @@ func (r *fakeRuntime) StartArgv(id, logFile string) []string {
 func (r *fakeRuntime) DeleteArgv(id string) []string {
 	return []string{"/usr/sbin/runc", "delete", "--force", id}
 }
+func (r *fakeRuntime) ExecArgv(id string, args []string) []string {
+	return append([]string{"/usr/sbin/runc", "exec", id}, args...)
+}
+func (r *fakeRuntime) ExecProcessArgv(id, processFile string) []string {
+	return []string{"/usr/sbin/runc", "exec", "--process", processFile, id}
+}
+func (r *fakeRuntime) StateArgv(id string) []string { return []string{"/usr/sbin/runc", "state", id} }
 func (r *fakeRuntime) Exec(ctx context.Context, id string, p oci.ExecProcess) (int, error) {
 	return r.exec(ctx, p)
 }
@@ -238,7 +245,7 @@ func newEnv(t *testing.T) *env {
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"), Self: "/usr/bin/podunit",
 		Caps: unitprops.Caps{SystemdVersion: 252}, StopMargin: time.Second,
 	}
-	e.deps = Deps{Systemd: e.sd, Images: e.imgs, Pods: fakePods{logDir: e.logDir}, Runtimes: map[string]Runtime{"runc": e.rt}, Logs: e.logs}
+	e.deps = Deps{Systemd: e.sd, Images: e.imgs, Pods: fakePods{logDir: e.logDir}, Runtimes: map[string]oci.Runtime{"runc": e.rt}, Logs: e.logs}
 	e.sd.StopFunc = func(u *systemdtest.Unit) systemd.JobResult {
 		e.writeExit(idOfUnit(u.Name), &exitrec.Record{ServiceResult: "signal", ExitCode: "killed", ExitStatus: "TERM", FinishedAt: time.Now().UnixNano()})
 		return systemd.JobDone

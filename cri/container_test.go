@@ -51,6 +51,9 @@ func (ctrTestRuntime) Name() string                                            {
 func (ctrTestRuntime) CreateArgv(id, b, p, l string) []string                  { return []string{"/bin/true"} }
 func (ctrTestRuntime) StartArgv(id, l string) []string                         { return []string{"/bin/true"} }
 func (ctrTestRuntime) DeleteArgv(id string) []string                           { return nil }
+func (ctrTestRuntime) ExecArgv(id string, args []string) []string              { return nil }
+func (ctrTestRuntime) ExecProcessArgv(id, processFile string) []string         { return nil }
+func (ctrTestRuntime) StateArgv(id string) []string                            { return nil }
 func (ctrTestRuntime) Delete(ctx context.Context, id string, force bool) error { return nil }
 func (ctrTestRuntime) OwnCgroup() bool                                         { return true }
 
@@ -74,7 +77,7 @@ func containerServer(t *testing.T) *Server {
 		Caps: unitprops.Caps{SystemdVersion: 252},
 	}, container.Deps{
 		Systemd: systemdtest.New(), Images: ctrTestImages{dir: filepath.Join(dir, "rootfs")},
-		Pods: container.SandboxPods(s.pods), Runtimes: map[string]container.Runtime{"runc": ctrTestRuntime{}},
+		Pods: container.SandboxPods(s.pods), Runtimes: map[string]oci.Runtime{"runc": ctrTestRuntime{}},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/podunit/podunit/container"
+	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/systemd/systemdtest"
 	"github.com/podunit/podunit/unitprops"
@@ -35,7 +36,7 @@ func fuzzServer(f *testing.F) *Server {
 		Caps: unitprops.Caps{SystemdVersion: 252},
 	}, container.Deps{
 		Systemd: systemdtest.New(), Images: ctrTestImages{dir: filepath.Join(dir, "rootfs")},
-		Pods: container.SandboxPods(pods), Runtimes: map[string]container.Runtime{"runc": ctrTestRuntime{}},
+		Pods: container.SandboxPods(pods), Runtimes: map[string]oci.Runtime{"runc": ctrTestRuntime{}},
 	})
 	if err != nil {
 		f.Fatal(err)

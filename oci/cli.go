@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -82,25 +83,57 @@ func newCLI(f Flavor, cfg CLIConfig) *CLI {
 // Name implements Runtime.
 func (c *CLI) Name() string { return c.cfg.Name }
 
-// Config returns the effective configuration.
-func (c *CLI) Config() CLIConfig { return c.cfg }
-
+// global is the binary and the global flags: every command about a
+// container takes the flags it was created with.
 func (c *CLI) global() []string {
-	return []string{c.cfg.Binary, "--root", c.cfg.Root}
-}
-
-// RunArgv implements Runtime.
-func (c *CLI) RunArgv(id, bundle, pidFile string) []string {
-	argv := c.global()
+	argv := []string{c.cfg.Binary, "--root", c.cfg.Root}
 	if c.flavor == FlavorCrun {
 		// crun refuses its cgroupfs manager on hybrid hosts and its systemd
 		// manager would put the container in a scope outside the unit; with
 		// no manager the container stays in the unit's own cgroup.
 		argv = append(argv, "--cgroup-manager=disabled")
 	}
-	argv = append(argv, "run", "--detach", "--pid-file", pidFile)
-	return append(argv, "--bundle", bundle, id)
+	return argv
 }
+
+// globalWithLog adds the runtime's own log (runc and crun both take --log
+// and --log-format as global flags): the only place a failed start's
+// message survives, since the runtime's stderr goes to the container's
+// journal.
+func (c *CLI) globalWithLog(logFile string) []string {
+	return append([]string{c.cfg.Binary, "--log=" + logFile, "--log-format=json"}, c.global()[1:]...)
+}
+
+// CreateArgv implements Runtime.
+func (c *CLI) CreateArgv(id, bundle, pidFile, logFile string) []string {
+	return append(c.globalWithLog(logFile), "create", "--pid-file", pidFile, "--bundle", bundle, id)
+}
+
+// StartArgv implements Runtime.
+func (c *CLI) StartArgv(id, logFile string) []string {
+	return append(c.globalWithLog(logFile), "start", id)
+}
+
+// DeleteArgv implements Runtime.
+func (c *CLI) DeleteArgv(id string) []string { return c.deleteArgv(id, true) }
+
+// ExecArgv implements Runtime: runc and crun stop parsing their own flags
+// at the container ID, so args pass unchanged.
+func (c *CLI) ExecArgv(id string, args []string) []string {
+	return append(append(c.global(), "exec", id), args...)
+}
+
+// ExecProcessArgv implements Runtime.
+func (c *CLI) ExecProcessArgv(id, processFile string) []string {
+	return append(c.global(), "exec", "--process", processFile, id)
+}
+
+// StateArgv implements Runtime.
+func (c *CLI) StateArgv(id string) []string { return append(c.global(), "state", id) }
+
+// StateDir is the runtime's state directory of container id (runc and
+// crun alike): <root>/<id>. id must be a valid container ID.
+func (c *CLI) StateDir(id string) string { return filepath.Join(c.cfg.Root, id) }
 
 // execArgv runs process.json in the foreground; pidFile tells podunit the
 // exec'd process so a timeout can kill it (killing the runtime would not).
@@ -147,10 +180,12 @@ func (c *CLI) commandInput(ctx context.Context, argv []string, stdin []byte) ([]
 	if err == nil {
 		return stdout.Bytes(), nil
 	}
+	// The subcommand follows the global flags.
+	op := c.cfg.Name + " " + argv[len(c.global())]
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("%s %s: %w: %w", c.cfg.Name, argv[3], errdefs.ErrDeadline, ctx.Err())
+		return nil, fmt.Errorf("%s: %w: %w", op, errdefs.ErrDeadline, ctx.Err())
 	}
-	return nil, classify(c.cfg.Name+" "+argv[3], stderr.String(), err)
+	return nil, classify(op, stderr.String(), err)
 }
 
 // classify maps runc's and crun's messages to podunit's sentinels.

@@ -30,10 +30,14 @@ func TestArgvGolden(t *testing.T) {
 			name string
 			argv []string
 		}{
-			{"run", c.RunArgv("ctr1", "/run/podunit/bundles/ctr1", "/run/podunit/bundles/ctr1/pid")},
-			{"exec", c.execArgv("ctr1", "/x/process.json", "/x/pid")},
+			{"create", c.CreateArgv("ctr1", "/run/podunit/bundles/ctr1", "/run/podunit/bundles/ctr1/pid", "/run/podunit/ctr1/runtime.log")},
+			{"start", c.StartArgv("ctr1", "/run/podunit/ctr1/runtime.log")},
+			{"exec", c.ExecArgv("ctr1", []string{"sh", "-c", "echo --root"})},
+			{"exec-process", c.ExecProcessArgv("ctr1", "/x/process.json")},
+			{"exec-sync", c.execArgv("ctr1", "/x/process.json", "/x/pid")},
+			{"state", c.StateArgv("ctr1")},
 			{"delete", c.deleteArgv("ctr1", false)},
-			{"delete-force", c.deleteArgv("ctr1", true)},
+			{"delete-force", c.DeleteArgv("ctr1")},
 			{"update", c.updateArgv("ctr1")},
 		} {
 			line := strings.Join(l.argv, " ")

@@ -124,7 +124,7 @@ func (r *rig) cleanup() {
 }
 
 // start generates a spec for cfg, writes the bundle and runs the unit's
-// ExecStart argv directly.
+// ExecStart and ExecStartPost argv directly.
 func (r *rig) start(id string, cfg *runtimeapi.ContainerConfig, mutate func(*SpecInput)) *specs.Spec {
 	r.t.Helper()
 	bundle := filepath.Join(r.dir, "bundles", id)
@@ -179,7 +179,6 @@ func (r *rig) start(id string, cfg *runtimeapi.ContainerConfig, mutate func(*Spe
 	if err := WriteBundle(bundle, spec); err != nil {
 		r.t.Fatal(err)
 	}
-	argv := r.rt.RunArgv(id, bundle, filepath.Join(bundle, "pid"))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// The container inherits the runtime's stdio (journald under systemd):
@@ -189,11 +188,19 @@ func (r *rig) start(id string, cfg *runtimeapi.ContainerConfig, mutate func(*Spe
 		r.t.Fatal(err)
 	}
 	defer logf.Close()
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Run(); err != nil {
-		out, _ := os.ReadFile(logf.Name())
-		r.t.Fatalf("%v: %v\n%s", argv, err, out)
+	// As the unit runs them: ExecStart creates, ExecStartPost starts.
+	runtimeLog := filepath.Join(bundle, "runtime.log")
+	for _, argv := range [][]string{
+		r.rt.CreateArgv(id, bundle, filepath.Join(bundle, "pid"), runtimeLog),
+		r.rt.StartArgv(id, runtimeLog),
+	} {
+		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Run(); err != nil {
+			out, _ := os.ReadFile(logf.Name())
+			rlog, _ := os.ReadFile(runtimeLog)
+			r.t.Fatalf("%v: %v\n%s\n%s", argv, err, out, rlog)
+		}
 	}
 	return spec
 }
@@ -215,7 +222,7 @@ type runtimeState struct {
 }
 
 func (r *rig) state(ctx context.Context, id string) (*runtimeState, error) {
-	out, err := r.rt.command(ctx, append(r.rt.global(), "state", id))
+	out, err := r.rt.command(ctx, r.rt.StateArgv(id))
 	if err != nil {
 		return nil, err
 	}

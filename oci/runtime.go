@@ -7,16 +7,30 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-// Runtime is an OCI runtime CLI (runc, crun). The container's init is not
-// started through it: podunit's systemd unit runs RunArgv as ExecStart, so the
-// container becomes the unit's main process. Everything after that goes
-// through these methods.
+// Runtime is an OCI runtime CLI (runc, crun) and the one place its command
+// lines are built. A container's init is not started through it: its
+// systemd unit runs CreateArgv as ExecStart and StartArgv as
+// ExecStartPost, so the container's init becomes the unit's main process.
 type Runtime interface {
 	// Name is the handler name ("runc", "crun").
 	Name() string
-	// RunArgv is the unit's ExecStart for a container without a terminal:
-	// start detached, write the init's PID to pidFile.
-	RunArgv(id, bundle, pidFile string) []string
+	// CreateArgv creates the container (its init waits for start), writes
+	// the init's PID to pidFile and the runtime's errors as JSON lines to
+	// logFile.
+	CreateArgv(id, bundle, pidFile, logFile string) []string
+	// StartArgv starts the created container.
+	StartArgv(id, logFile string) []string
+	// DeleteArgv is `delete --force id`, run by the unit's ExecStopPost
+	// recorder.
+	DeleteArgv(id string) []string
+	// ExecArgv runs args in the foreground with the container's own
+	// process spec (user, environment, capabilities, cwd).
+	ExecArgv(id string, args []string) []string
+	// ExecProcessArgv runs the process in processFile (a specs.Process as
+	// JSON) in the foreground.
+	ExecProcessArgv(id, processFile string) []string
+	// StateArgv prints the runtime's state of the container as JSON.
+	StateArgv(id string) []string
 	// Exec runs p in the container and waits for it. ctx's deadline kills
 	// the exec'd process; the error then wraps errdefs.ErrDeadline. A non-zero
 	// exit code of the process is not an error.

@@ -76,7 +76,7 @@ func TestAttachUnheldFIFO(t *testing.T) {
 	in.Close()
 	outW.Close()
 	ctrs := &fakeContainers{}
-	tgt := Target{ID: "unheld", Running: true, Stdin: true, StdinPath: fifo, RuntimeCmd: rt}
+	tgt := Target{ID: "unheld", Running: true, Stdin: true, StdinPath: fifo, Runtime: rt}
 	ctrs.set(tgt)
 	s := startServer(t, Deps{Containers: ctrs, Pods: fakePods{}, Output: &pipeOutput{r: outR}})
 	for i, word := range []string{"one", "two"} {

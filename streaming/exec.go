@@ -18,7 +18,7 @@ import (
 // output open forever.
 const drainTimeout = 2 * time.Second
 
-// CLIExecutor runs `<RuntimeCmd> exec <id> <args...>` in the foreground.
+// CLIExecutor runs the runtime's `exec <id> <args...>` in the foreground.
 // runc and crun then join the container's namespaces and cgroup and take
 // user, environment, capabilities and working directory from the
 // container's own process spec, and exit with the command's status.
@@ -29,21 +29,9 @@ type CLIExecutor struct {
 	Helper []string
 }
 
-// ExecArgv is the runtime command line for one exec; runc and crun stop
-// parsing their own flags at the container ID.
-func ExecArgv(runtimeCmd []string, id string, args []string, tty bool) []string {
-	argv := append([]string{}, runtimeCmd...)
-	argv = append(argv, "exec")
-	if tty {
-		argv = append(argv, "--tty")
-	}
-	argv = append(argv, id)
-	return append(argv, args...)
-}
-
 func (e CLIExecutor) Exec(ctx context.Context, t Target, p ExecProcess) (int, error) {
-	if len(t.RuntimeCmd) == 0 {
-		return -1, fmt.Errorf("container %s has no runtime command: %w", t.ID, errdefs.ErrInvalid)
+	if t.Runtime == nil {
+		return -1, fmt.Errorf("container %s has no runtime: %w", t.ID, errdefs.ErrInvalid)
 	}
 	if len(p.Args) == 0 {
 		return -1, fmt.Errorf("exec needs a command: %w", errdefs.ErrInvalid)
@@ -54,7 +42,7 @@ func (e CLIExecutor) Exec(ctx context.Context, t Target, p ExecProcess) (int, er
 		}
 		return runTTYHelper(ctx, e.Helper, t, p)
 	}
-	argv := ExecArgv(t.RuntimeCmd, t.ID, p.Args, false)
+	argv := t.Runtime.ExecArgv(t.ID, p.Args)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.WaitDelay = drainTimeout
 	return exitCode(ctx, runPipes(cmd, p))

@@ -16,9 +16,9 @@ import (
 type Target struct {
 	ID      string
 	Running bool
-	// RuntimeCmd is the OCI runtime binary and its global flags, as the
-	// container was created with them (e.g. runc --root /run/podunit/runc).
-	RuntimeCmd []string
+	// Runtime builds the command lines of the OCI runtime the container
+	// was created with.
+	Runtime RuntimeArgv
 	// Stdin is the container config's value.
 	Stdin bool
 	// StdinPath is the container's stdin FIFO, where attach input goes
@@ -33,6 +33,13 @@ type Target struct {
 	// of an attachable container: its output byte for byte, partial lines
 	// included, which the journal only has once a line is complete.
 	TapDir string
+}
+
+// RuntimeArgv builds a container's OCI runtime command lines (oci.Runtime).
+type RuntimeArgv interface {
+	ExecArgv(id string, args []string) []string
+	ExecProcessArgv(id, processFile string) []string
+	StateArgv(id string) []string
 }
 
 // Containers looks containers up for exec and attach. An unknown ID must
