@@ -502,6 +502,8 @@ func TestStopSignal(t *testing.T) {
 		{runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT, "int", 2, true},
 		{runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT, "9", 9, true},
 		{runtimeapi.Signal_SIGNAL_SIGUSR1, "SIGQUIT", 10, true},
+		{runtimeapi.Signal_SIGNAL_SIGRTMINPLUS3, "", 37, true},
+		{runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT, "RTMAX-2", 62, true},
 		{runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT, "SIGNOPE", 0, false},
 	} {
 		got, err := stopSignal(c.cri, c.image)

@@ -127,32 +127,3 @@ func TestTailBuffer(t *testing.T) {
 		t.Errorf("tail = %q", tb.String())
 	}
 }
-
-func TestWriteBundle(t *testing.T) {
-	dir := t.TempDir()
-	s := &specs.Spec{Version: specs.Version, Hostname: "h", Process: &specs.Process{Args: []string{"sh"}}}
-	if err := WriteBundle(dir, s); err != nil {
-		t.Fatal(err)
-	}
-	s.Hostname = "h2"
-	if err := WriteBundle(dir, s); err != nil {
-		t.Fatal(err)
-	}
-	got, err := ReadBundle(dir)
-	if err != nil || got.Hostname != "h2" || got.Process.Args[0] != "sh" {
-		t.Fatalf("read back %+v, %v", got, err)
-	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Errorf("temp files left: %v", entries)
-	}
-	if st, _ := os.Stat(filepath.Join(dir, "config.json")); st.Mode().Perm() != 0o600 {
-		t.Errorf("mode = %v", st.Mode())
-	}
-	if err := WriteBundle(filepath.Join(dir, "missing"), s); err == nil {
-		t.Error("write into a missing dir succeeded")
-	}
-	if err := WriteBundle(dir, nil); !errors.Is(err, errdefs.ErrInvalid) {
-		t.Errorf("nil spec: %v", err)
-	}
-}

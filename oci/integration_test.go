@@ -30,6 +30,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/statefile"
 )
 
 const unifiedControllers = "/sys/fs/cgroup/unified/cgroup.controllers"
@@ -176,7 +177,7 @@ func (r *rig) start(id string, cfg *runtimeapi.ContainerConfig, mutate func(*Spe
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if err := WriteBundle(bundle, spec); err != nil {
+	if err := statefile.Write(filepath.Join(bundle, "config.json"), spec); err != nil {
 		r.t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
