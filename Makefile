@@ -11,9 +11,10 @@ SHELL := /bin/bash
 export PATH := /usr/local/go/bin:/usr/local/bin:$(PATH)
 TAGS := containers_image_openpgp,exclude_graphdriver_btrfs,exclude_graphdriver_devicemapper
 export GOFLAGS := -tags=$(TAGS)
-# tools (staticcheck) land here, outside the source tree
+# tools (staticcheck, deadcode) land here, outside the source tree
 TOOLS_BIN ?= /usr/local/bin
 STATICCHECK_VERSION := v0.8.2
+DEADCODE_VERSION := v0.48.0
 CRI_TOOLS_VERSION := 1.37.0
 
 BIN := $(CURDIR)/bin/podunit
@@ -32,8 +33,8 @@ TEST_DEPS := $(RUN_DEPS) gcc libc6-dev jq curl git busybox-static file \
 # `make run` outside a systemd host: harness state lives here
 export RUN_HARNESS ?= /var/lib/podunit-harness
 
-.PHONY: build run stop test lint fmt-check vet staticcheck unit integration critest vm \
-	deps-run deps-test critest-tools staticcheck-tool crictl clean
+.PHONY: build run stop test lint fmt-check vet staticcheck deadcode unit integration critest vm \
+	deps-run deps-test critest-tools staticcheck-tool deadcode-tool crictl clean
 
 build:
 	go build -o $(BIN) ./cmd/podunit
@@ -65,13 +66,19 @@ stop:
 critest-tools:
 	@bash $(KIT)/install-tools.sh
 
-deps-test: critest-tools staticcheck-tool
+deps-test: critest-tools staticcheck-tool deadcode-tool
 	@source $(KIT)/lib.sh && require_root && ensure_packages $(TEST_DEPS)
 
 staticcheck-tool:
 	@if ! $(TOOLS_BIN)/staticcheck -version 2>/dev/null | grep -qF '($(STATICCHECK_VERSION:v%=%))'; then \
 		echo "installing staticcheck $(STATICCHECK_VERSION)"; \
 		GOFLAGS= GOBIN=$(TOOLS_BIN) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); \
+	fi
+
+deadcode-tool:
+	@if ! go version -m $(TOOLS_BIN)/deadcode 2>/dev/null | grep -qP '^\tmod\tgolang.org/x/tools\t\Q$(DEADCODE_VERSION)\E\t'; then \
+		echo "installing deadcode $(DEADCODE_VERSION)"; \
+		GOFLAGS= GOBIN=$(TOOLS_BIN) go install golang.org/x/tools/cmd/deadcode@$(DEADCODE_VERSION); \
 	fi
 
 # every stage runs even when an earlier one failed (one CI run shows all
@@ -111,7 +118,16 @@ STATICCHECK_CHECKS := inherit,-SA1019
 staticcheck: staticcheck-tool
 	$(TOOLS_BIN)/staticcheck -checks=$(STATICCHECK_CHECKS) -tags=$(TAGS),integration,vm ./...
 
-lint: fmt-check vet staticcheck
+# deadcode: functions no podunit binary reaches (production code: no -test).
+# A function only tests use is dead, unless it is in a test-helper package,
+# which exists for tests alone.
+DEADCODE_TEST_HELPERS := ^(test/harness|systemd/systemdtest)/
+deadcode: deadcode-tool
+	@all=$$($(TOOLS_BIN)/deadcode -tags=$(TAGS) ./...); \
+	out=$$(grep -Ev '$(DEADCODE_TEST_HELPERS)' <<<"$$all" || true); \
+	if [ -n "$$out" ]; then echo "deadcode: unreachable functions:"; echo "$$out"; exit 1; fi
+
+lint: fmt-check vet staticcheck deadcode
 
 unit:
 	go test -race -count=1 ./...

@@ -100,14 +100,12 @@ func (m *Manager) StreamTarget(ctx context.Context, id string) (streaming.Target
 		return streaming.Target{}, err
 	}
 	t := streaming.Target{
-		ID:         r.ID,
-		Running:    r.State == StateRunning,
-		RuntimeCmd: runtimeGlobals(rt),
-		Stdin:      r.Config.GetStdin(),
-		StdinOnce:  r.Config.GetStdinOnce(),
+		ID:      r.ID,
+		Running: r.State == StateRunning,
+		Runtime: rt,
 		// Containers run without a terminal (output goes to the journal
 		// streams), so attach is plain even for tty configs.
-		TTY: false,
+		Stdin: r.Config.GetStdin(),
 	}
 	if t.Stdin {
 		t.StdinPath = m.stdinFIFO(r.ID)
@@ -115,16 +113,6 @@ func (m *Manager) StreamTarget(ctx context.Context, id string) (streaming.Target
 		t.TapDir = m.runDir(r.ID)
 	}
 	return t, nil
-}
-
-// runtimeGlobals is the runtime binary with the global flags containers
-// were created with, so exec finds them under the same --root.
-func runtimeGlobals(rt Runtime) []string {
-	if o, ok := rt.(ociRuntime); ok {
-		g, _ := o.split("x", "b", "p")
-		return g
-	}
-	return []string{rt.Name()}
 }
 
 // all snapshots the container set.

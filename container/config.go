@@ -59,21 +59,21 @@ func UnitHelper(self string) string {
 }
 
 // RuntimesFromConfig builds one runtime per configured handler.
-func RuntimesFromConfig(handlers map[string]config.Handler, execDir string) (map[string]Runtime, error) {
+func RuntimesFromConfig(handlers map[string]config.Handler, execDir string) (map[string]oci.Runtime, error) {
 	names := make([]string, 0, len(handlers))
 	for n := range handlers {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	out := map[string]Runtime{}
+	out := map[string]oci.Runtime{}
 	for _, name := range names {
 		h := handlers[name]
 		c := oci.CLIConfig{Name: name, Binary: h.Path, Root: h.Root, ExecDir: execDir}
 		switch h.Type {
 		case "runc", "":
-			out[name] = FromOCI(oci.NewRunc(c))
+			out[name] = oci.NewRunc(c)
 		case "crun":
-			out[name] = FromOCI(oci.NewCrun(c))
+			out[name] = oci.NewCrun(c)
 		default:
 			return nil, fmt.Errorf("runtime handler %q: type %q is not runc or crun: %w", name, h.Type, errdefs.ErrInvalid)
 		}

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"time"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/podunit/podunit/events"
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/oci"
@@ -54,29 +53,6 @@ type Pod struct {
 // Pods looks sandboxes up; sandbox.Manager behind an adapter.
 type Pods interface {
 	Pod(ctx context.Context, id string) (*Pod, error)
-}
-
-// Runtime is the part of an OCI runtime (oci.Runtime) the manager uses.
-type Runtime interface {
-	Name() string
-	// CreateArgv creates the container (its init waits for start), writes
-	// the init's PID to pidFile and the runtime's errors as JSON lines to
-	// logFile: the unit's ExecStart.
-	CreateArgv(id, bundle, pidFile, logFile string) []string
-	// StartArgv starts the created container: the unit's ExecStartPost.
-	StartArgv(id, logFile string) []string
-	// DeleteArgv is `delete --force id`, run by the ExecStopPost recorder.
-	DeleteArgv(id string) []string
-	// Exec runs p in the container and returns its exit code.
-	Exec(ctx context.Context, id string, p oci.ExecProcess) (int, error)
-	// Delete removes the runtime's state of the container; idempotent.
-	Delete(ctx context.Context, id string, force bool) error
-	// Update writes new limits into the running container's own cgroup
-	// (`runc update`); only the fields set in r change.
-	Update(ctx context.Context, id string, r *specs.LinuxResources) error
-	// OwnCgroup: the runtime limits the container's own cgroup from the
-	// spec (see oci.Runtime).
-	OwnCgroup() bool
 }
 
 // Logs is the CRI log writer (logs.Manager): it follows the journal and
@@ -134,7 +110,7 @@ type Deps struct {
 	Systemd  systemd.Conn
 	Images   ImageStore
 	Pods     Pods
-	Runtimes map[string]Runtime
+	Runtimes map[string]oci.Runtime
 	// Logs writes CRI log files; nil means none are written (tests).
 	Logs Logs
 	// Events receives the container lifecycle events for the CRI's

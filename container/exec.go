@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/oci"
@@ -50,12 +53,7 @@ func (m *Manager) ExecSync(ctx context.Context, id string, cmd []string, timeout
 	if err != nil || spec.Process == nil {
 		return nil, nil, 0, fmt.Errorf("exec in container %s: bundle: %v: %w", id, err, errdefs.ErrNotFound)
 	}
-	// The exec'd process gets the container's identity, environment,
-	// capabilities and confinement: only the command differs.
-	proc := *spec.Process
-	proc.Args = cmd
-	proc.Terminal = false
-	proc.ConsoleSize = nil
+	proc := execProcess(spec.Process, cmd)
 	o, e := &capped{max: m.opts.ExecOutputMax}, &capped{max: m.opts.ExecOutputMax}
 	code, err := rt.Exec(ctx, r.ID, oci.ExecProcess{Process: proc, Stdout: o, Stderr: e})
 	if err != nil {
@@ -67,8 +65,24 @@ func (m *Manager) ExecSync(ctx context.Context, id string, cmd []string, timeout
 	return o.buf.Bytes(), e.buf.Bytes(), int32(code), nil
 }
 
+// execProcess derives an exec'd process from the container's: it gets the
+// container's identity, environment, working directory, capabilities,
+// confinement and OOM score (not podunit's, which it would otherwise
+// inherit): only the command differs.
+func execProcess(ctr *specs.Process, cmd []string) specs.Process {
+	p := *ctr
+	p.Args = slices.Clone(cmd)
+	p.Terminal = false
+	p.ConsoleSize = nil
+	// The runtime refuses a relative or empty cwd.
+	if p.Cwd == "" {
+		p.Cwd = "/"
+	}
+	return p
+}
+
 // running returns a container's record and runtime if it is running now.
-func (m *Manager) running(ctx context.Context, id string) (*record, Runtime, error) {
+func (m *Manager) running(ctx context.Context, id string) (*record, oci.Runtime, error) {
 	c, err := m.lookup(id)
 	if err != nil {
 		return nil, nil, err

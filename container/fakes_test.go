@@ -17,6 +17,7 @@ import (
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/systemd/systemdtest"
 	"github.com/podunit/podunit/unitprops"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -141,6 +142,13 @@ func (r *fakeRuntime) StartArgv(id, logFile string) []string {
 func (r *fakeRuntime) DeleteArgv(id string) []string {
 	return []string{"/usr/sbin/runc", "delete", "--force", id}
 }
+func (r *fakeRuntime) ExecArgv(id string, args []string) []string {
+	return append([]string{"/usr/sbin/runc", "exec", id}, args...)
+}
+func (r *fakeRuntime) ExecProcessArgv(id, processFile string) []string {
+	return []string{"/usr/sbin/runc", "exec", "--process", processFile, id}
+}
+func (r *fakeRuntime) StateArgv(id string) []string { return []string{"/usr/sbin/runc", "state", id} }
 func (r *fakeRuntime) Exec(ctx context.Context, id string, p oci.ExecProcess) (int, error) {
 	return r.exec(ctx, p)
 }
@@ -217,7 +225,7 @@ func (l *fakeLogs) Containers() []string {
 type env struct {
 	t      *testing.T
 	m      *Manager
-	sd     *systemd.Fake
+	sd     *systemdtest.Fake
 	imgs   *fakeImages
 	rt     *fakeRuntime
 	logs   *fakeLogs
@@ -231,14 +239,14 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	dir := t.TempDir()
-	e := &env{t: t, sd: systemd.NewFake(), rt: &fakeRuntime{}, logDir: filepath.Join(dir, "logs"), logs: &fakeLogs{reg: map[string]bool{}}}
+	e := &env{t: t, sd: systemdtest.New(), rt: &fakeRuntime{}, logDir: filepath.Join(dir, "logs"), logs: &fakeLogs{reg: map[string]bool{}}}
 	e.imgs = &fakeImages{dir: filepath.Join(dir, "storage"), rootfs: map[string]bool{}, created: map[string]bool{}, volumes: map[string][]string{}}
 	e.opts = Options{
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"), Self: "/usr/bin/podunit",
 		Caps: unitprops.Caps{SystemdVersion: 252}, StopMargin: time.Second,
 	}
-	e.deps = Deps{Systemd: e.sd, Images: e.imgs, Pods: fakePods{logDir: e.logDir}, Runtimes: map[string]Runtime{"runc": e.rt}, Logs: e.logs}
-	e.sd.StopFunc = func(u *systemd.FakeUnit) systemd.JobResult {
+	e.deps = Deps{Systemd: e.sd, Images: e.imgs, Pods: fakePods{logDir: e.logDir}, Runtimes: map[string]oci.Runtime{"runc": e.rt}, Logs: e.logs}
+	e.sd.StopFunc = func(u *systemdtest.Unit) systemd.JobResult {
 		e.writeExit(idOfUnit(u.Name), &exitrec.Record{ServiceResult: "signal", ExitCode: "killed", ExitStatus: "TERM", FinishedAt: time.Now().UnixNano()})
 		return systemd.JobDone
 	}

@@ -148,32 +148,21 @@ func (m *Manager) unitGone(ctx context.Context, unit string) bool {
 // stateDirRuntime is a Runtime that can tell where it keeps a container's
 // state, so Remove can see the recorder's `delete` already did its work.
 type stateDirRuntime interface {
-	// StateDir is the container's state directory, "" if unknown.
+	// StateDir is the container's state directory (oci.CLI).
 	StateDir(id string) string
-}
-
-// StateDir is <root>/<id> for runc and crun alike.
-func (r ociRuntime) StateDir(id string) string {
-	cli, ok := r.Runtime.(interface{ Config() oci.CLIConfig })
-	if !ok || cli.Config().Root == "" || !validID(id) {
-		return ""
-	}
-	return filepath.Join(cli.Config().Root, id)
 }
 
 // runtimeStateGone reports whether the runtime certainly holds no state
 // for id: its root exists (so it is the right place to look) and has no
 // entry for the container. runc and crun remove that directory last when
 // deleting, so its absence means a `delete` would do nothing.
-func runtimeStateGone(rt Runtime, id string) bool {
+func runtimeStateGone(rt oci.Runtime, id string) bool {
 	sr, ok := rt.(stateDirRuntime)
-	if !ok {
+	// Anything but a hex ID must not become a path.
+	if !ok || !validID(id) {
 		return false
 	}
 	dir := sr.StateDir(id)
-	if dir == "" {
-		return false
-	}
 	if fi, err := os.Stat(filepath.Dir(dir)); err != nil || !fi.IsDir() {
 		return false
 	}

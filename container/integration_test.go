@@ -143,7 +143,7 @@ func newInside(t *testing.T) *inside {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lm.Close() })
-	ie.deps = Deps{Systemd: ie.sd, Images: ie.imgs, Pods: itestPods{logDir: ie.logDir}, Runtimes: map[string]Runtime{"runc": FromOCI(rt), "crun": FromOCI(crun)}, Logs: lm}
+	ie.deps = Deps{Systemd: ie.sd, Images: ie.imgs, Pods: itestPods{logDir: ie.logDir}, Runtimes: map[string]oci.Runtime{"runc": rt, "crun": crun}, Logs: lm}
 	return ie
 }
 

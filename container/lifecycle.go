@@ -11,6 +11,7 @@ import (
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/exitrec"
 	"github.com/podunit/podunit/logs"
+	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/systemd"
 	"github.com/podunit/podunit/unitprops"
 	"golang.org/x/sys/unix"
@@ -30,7 +31,7 @@ const safetyStopTimeout = 10 * time.Minute
 // container that exits at once left a zombie behind the PID file, which
 // systemd refuses ("New main PID does not exist or is a zombie", result
 // 'protocol') and whose exit code it never reports.
-func (m *Manager) service(r *record, rt Runtime) unitprops.Service {
+func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 	name := r.Metadata.GetName()
 	helper := m.opts.UnitHelper
 	if helper == "" {

@@ -14,6 +14,7 @@ import (
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/imagestore"
+	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/statefile"
 	"github.com/podunit/podunit/systemd"
 	"google.golang.org/protobuf/proto"
@@ -37,7 +38,7 @@ type Manager struct {
 	sd   systemd.Conn
 	imgs ImageStore
 	pods Pods
-	rts  map[string]Runtime
+	rts  map[string]oci.Runtime
 	logs Logs      // may be nil
 	evs  Publisher // may be nil
 	// procRoot is where /proc is (tests point it at a fake one).
@@ -108,7 +109,7 @@ func (m *Manager) get(id string) (*ctr, error) {
 	return c, nil
 }
 
-func (m *Manager) runtime(handler string) (Runtime, error) {
+func (m *Manager) runtime(handler string) (oci.Runtime, error) {
 	if handler == "" {
 		handler = m.opts.DefaultHandler
 	}

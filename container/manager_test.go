@@ -16,6 +16,7 @@ import (
 	"github.com/podunit/podunit/exitrec"
 	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/systemd/systemdtest"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -244,7 +245,7 @@ func TestNameReservation(t *testing.T) {
 func TestStartFailureReportsRuntimeMessage(t *testing.T) {
 	e := newEnv(t)
 	id := e.create("pod1", "app")
-	e.sd.StartFunc = func(u *systemd.FakeUnit) systemd.JobResult {
+	e.sd.StartFunc = func(u *systemdtest.Unit) systemd.JobResult {
 		// What runc leaves when the entrypoint does not exist; systemd
 		// then runs ExecStopPost and collects the failed unit.
 		os.WriteFile(filepath.Join(e.opts.RunDir, id, "runtime.log"),
@@ -275,7 +276,7 @@ func TestStartFailureReportsRuntimeMessage(t *testing.T) {
 func TestStartJobFailedButContainerRan(t *testing.T) {
 	e := newEnv(t)
 	id := e.create("pod1", "quick")
-	e.sd.StartFunc = func(u *systemd.FakeUnit) systemd.JobResult {
+	e.sd.StartFunc = func(u *systemdtest.Unit) systemd.JobResult {
 		e.writeExit(id, &exitrec.Record{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "3", FinishedAt: 77})
 		delete(e.sd.Units, u.Name)
 		return systemd.JobFailed
@@ -336,7 +337,7 @@ func TestRecover(t *testing.T) {
 	// podunit goes down; one container exits meanwhile, a stray unit and
 	// a half-created container directory appear.
 	e.exit(exited, &exitrec.Record{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "3", FinishedAt: 42})
-	e.sd.Units[unitName("stray")] = &systemd.FakeUnit{Name: unitName("stray"), ActiveState: "active", Props: map[string]any{}}
+	e.sd.Units[unitName("stray")] = &systemdtest.Unit{Name: unitName("stray"), ActiveState: "active", Props: map[string]any{}}
 	os.MkdirAll(filepath.Join(e.opts.StateDir, "halfway"), 0o700)
 	e.logs.reg["gone"] = true // removed while the log writer kept its state
 	callsBefore := len(e.sd.Calls)
@@ -501,6 +502,8 @@ func TestStopSignal(t *testing.T) {
 		{runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT, "int", 2, true},
 		{runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT, "9", 9, true},
 		{runtimeapi.Signal_SIGNAL_SIGUSR1, "SIGQUIT", 10, true},
+		{runtimeapi.Signal_SIGNAL_SIGRTMINPLUS3, "", 37, true},
+		{runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT, "RTMAX-2", 62, true},
 		{runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT, "SIGNOPE", 0, false},
 	} {
 		got, err := stopSignal(c.cri, c.image)
@@ -605,7 +608,7 @@ func TestStartSetsCPUQuotaAfterStartJob(t *testing.T) {
 	e := newEnv(t)
 	id := e.createWithQuota(t, "pod1", "app")
 	var atStart map[string]any
-	e.sd.StartFunc = func(u *systemd.FakeUnit) systemd.JobResult {
+	e.sd.StartFunc = func(u *systemdtest.Unit) systemd.JobResult {
 		atStart = maps.Clone(u.Props)
 		return systemd.JobDone
 	}
@@ -651,7 +654,7 @@ func TestStartFailsWhenCPUQuotaCannotBeSet(t *testing.T) {
 }
 
 // refuseSetProperties is a systemd whose SetUnitProperties always fails.
-type refuseSetProperties struct{ *systemd.Fake }
+type refuseSetProperties struct{ *systemdtest.Fake }
 
 func (refuseSetProperties) SetUnitProperties(context.Context, string, ...systemd.Property) error {
 	return fmt.Errorf("fake: set-property refused: %w", errdefs.ErrInvalid)

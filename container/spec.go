@@ -3,11 +3,8 @@ package container
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/oci"
 	"golang.org/x/sys/unix"
@@ -80,23 +77,18 @@ func (m *Manager) buildSpec(ctx context.Context, r specRequest) (*specs.Spec, *o
 // (ContainerStopSignals), else the image's StopSignal, else SIGTERM.
 func stopSignal(cri runtimeapi.Signal, image string) (int, error) {
 	if cri != runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT {
-		if n := unix.SignalNum(strings.TrimPrefix(cri.String(), "SIGNAL_")); n != 0 {
-			return int(n), nil
+		sig, err := oci.ParseSignal(cri.String())
+		if err != nil {
+			return 0, fmt.Errorf("stop_signal: %w", err)
 		}
-		return 0, fmt.Errorf("stop_signal %v: %w", cri, errdefs.ErrInvalid)
+		return int(sig), nil
 	}
 	if image == "" {
 		return int(unix.SIGTERM), nil
 	}
-	if n, err := strconv.Atoi(image); err == nil && n > 0 && n < 65 {
-		return n, nil
+	sig, err := oci.ParseSignal(image)
+	if err != nil {
+		return 0, fmt.Errorf("image StopSignal: %w", err)
 	}
-	name := strings.ToUpper(image)
-	if !strings.HasPrefix(name, "SIG") {
-		name = "SIG" + name
-	}
-	if n := unix.SignalNum(name); n != 0 {
-		return int(n), nil
-	}
-	return 0, fmt.Errorf("image StopSignal %q: %w", image, errdefs.ErrInvalid)
+	return int(sig), nil
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/oci"
-	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/systemd/systemdtest"
 	"github.com/podunit/podunit/unitprops"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -51,6 +51,9 @@ func (ctrTestRuntime) Name() string                                            {
 func (ctrTestRuntime) CreateArgv(id, b, p, l string) []string                  { return []string{"/bin/true"} }
 func (ctrTestRuntime) StartArgv(id, l string) []string                         { return []string{"/bin/true"} }
 func (ctrTestRuntime) DeleteArgv(id string) []string                           { return nil }
+func (ctrTestRuntime) ExecArgv(id string, args []string) []string              { return nil }
+func (ctrTestRuntime) ExecProcessArgv(id, processFile string) []string         { return nil }
+func (ctrTestRuntime) StateArgv(id string) []string                            { return nil }
 func (ctrTestRuntime) Delete(ctx context.Context, id string, force bool) error { return nil }
 func (ctrTestRuntime) OwnCgroup() bool                                         { return true }
 
@@ -73,8 +76,8 @@ func containerServer(t *testing.T) *Server {
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"), Self: "/podunit",
 		Caps: unitprops.Caps{SystemdVersion: 252},
 	}, container.Deps{
-		Systemd: systemd.NewFake(), Images: ctrTestImages{dir: filepath.Join(dir, "rootfs")},
-		Pods: container.SandboxPods(s.pods), Runtimes: map[string]container.Runtime{"runc": ctrTestRuntime{}},
+		Systemd: systemdtest.New(), Images: ctrTestImages{dir: filepath.Join(dir, "rootfs")},
+		Pods: container.SandboxPods(s.pods), Runtimes: map[string]oci.Runtime{"runc": ctrTestRuntime{}},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -8,8 +8,9 @@ import (
 	"testing"
 
 	"github.com/podunit/podunit/container"
+	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/sandbox"
-	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/systemd/systemdtest"
 	"github.com/podunit/podunit/unitprops"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -25,7 +26,7 @@ func fuzzServer(f *testing.F) *Server {
 	dir := f.TempDir()
 	pods, err := sandbox.New(sandbox.Options{
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
-		Network: podTestNet{}, Systemd: systemd.NewFake(), Handlers: []string{"runc"},
+		Network: podTestNet{}, Systemd: systemdtest.New(), Handlers: []string{"runc"},
 	})
 	if err != nil {
 		f.Fatal(err)
@@ -34,8 +35,8 @@ func fuzzServer(f *testing.F) *Server {
 		StateDir: filepath.Join(dir, "cstate"), RunDir: filepath.Join(dir, "crun"), Self: "/podunit",
 		Caps: unitprops.Caps{SystemdVersion: 252},
 	}, container.Deps{
-		Systemd: systemd.NewFake(), Images: ctrTestImages{dir: filepath.Join(dir, "rootfs")},
-		Pods: container.SandboxPods(pods), Runtimes: map[string]container.Runtime{"runc": ctrTestRuntime{}},
+		Systemd: systemdtest.New(), Images: ctrTestImages{dir: filepath.Join(dir, "rootfs")},
+		Pods: container.SandboxPods(pods), Runtimes: map[string]oci.Runtime{"runc": ctrTestRuntime{}},
 	})
 	if err != nil {
 		f.Fatal(err)

@@ -12,7 +12,7 @@ import (
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/network"
 	"github.com/podunit/podunit/sandbox"
-	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/systemd/systemdtest"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -32,7 +32,7 @@ func podServer(t *testing.T) *Server {
 	dir := t.TempDir()
 	m, err := sandbox.New(sandbox.Options{
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
-		Network: podTestNet{}, Systemd: systemd.NewFake(), Handlers: []string{"runc"},
+		Network: podTestNet{}, Systemd: systemdtest.New(), Handlers: []string{"runc"},
 	})
 	if err != nil {
 		t.Fatal(err)

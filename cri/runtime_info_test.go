@@ -9,16 +9,16 @@ import (
 
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/errdefs"
-	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/systemd/systemdtest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-func newTestServer(t *testing.T) (*Server, *systemd.Fake) {
+func newTestServer(t *testing.T) (*Server, *systemdtest.Fake) {
 	cfg := config.Default()
 	cfg.CNI.ConfDir = t.TempDir()
-	fake := systemd.NewFake()
+	fake := systemdtest.New()
 	return New(Deps{Config: &cfg, Systemd: fake, Version: "1.2.3"}), fake
 }
 

@@ -80,18 +80,35 @@ func newRig(tb testing.TB) *rig {
 	tb.Cleanup(r.sd.Close)
 	r.sub = r.hub.Subscribe()
 	w := systemd.NewWatcher(systemd.WatchOptions{Match: func(u string) bool { return strings.HasPrefix(u, prefix) }})
+	units, subscribed := make(chan systemd.UnitEvent), make(chan struct{})
 	tr := events.NewTranslator(events.TranslatorOptions{
-		Units: w.Events(), Containers: r.ctrs, Systemd: r.sd, UnitPattern: prefix + "*.service", Hub: r.hub,
+		Units: units, Containers: r.ctrs, Systemd: r.sd, UnitPattern: prefix + "*.service", Hub: r.hub,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	// The watcher's first Resync means it is subscribed: units started
+	// from then on are seen.
+	go func() {
+		defer wg.Done()
+		defer close(units)
+		first := true
+		for ev := range w.Events() {
+			if first && ev.Kind == systemd.Resync {
+				first = false
+				close(subscribed)
+			}
+			select {
+			case units <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
 	go func() { defer wg.Done(); _ = w.Run(ctx) }()
 	go func() { defer wg.Done(); _ = tr.Run(ctx) }()
 	tb.Cleanup(func() { cancel(); wg.Wait() })
-	for !w.Connected() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	<-subscribed
 	return r
 }
 

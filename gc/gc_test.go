@@ -8,11 +8,11 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/systemd/systemdtest"
 )
 
 func TestUnitsCollectsOnlyUnknown(t *testing.T) {
-	fake := systemd.NewFake()
+	fake := systemdtest.New()
 	ctx := context.Background()
 	for _, n := range []string{"podunit-known.service", "podunit-orphan.service", "podunit-failed.service", "other.service"} {
 		if err := fake.StartTransientUnit(ctx, n, nil); err != nil {

@@ -19,32 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-var (
-	pullBytes = prometheus.NewCounter(prometheus.CounterOpts{
-		Namespace: "podunit", Subsystem: "image", Name: "pull_bytes_total",
-		Help: "Bytes fetched from registries by image pulls.",
-	})
-	pullDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: "podunit", Subsystem: "image", Name: "pull_duration_seconds",
-		Help:    "Duration of image pulls by result (success, failure).",
-		Buckets: prometheus.ExponentialBuckets(0.05, 2, 14),
-	}, []string{"result"})
-)
-
-// ObserveImagePull records one image pull: the bytes it fetched (layers
-// already present count zero) and how long it took. imagestore calls it
-// once per PullImage.
-func ObserveImagePull(bytes int64, d time.Duration, err error) {
-	if bytes > 0 {
-		pullBytes.Add(float64(bytes))
-	}
-	result := "success"
-	if err != nil {
-		result = "failure"
-	}
-	pullDuration.WithLabelValues(result).Observe(d.Seconds())
-}
-
 // Options build the registry.
 type Options struct {
 	// Collectors are the packages' own metrics (systemd.Collectors(),
@@ -73,14 +47,13 @@ func (c containersCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// NewRegistry returns a registry with the Go runtime and process metrics,
-// image pull metrics and everything in o.
+// NewRegistry returns a registry with the Go runtime and process metrics
+// and everything in o.
 func NewRegistry(o Options) (*prometheus.Registry, error) {
 	r := prometheus.NewRegistry()
 	cs := []prometheus.Collector{
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		pullBytes, pullDuration,
 	}
 	cs = append(cs, o.Collectors...)
 	if o.ContainersByState != nil {
@@ -118,9 +91,6 @@ type Server struct {
 	srv *http.Server
 	err chan error
 }
-
-// Addr is where the endpoint listens (useful with port 0).
-func (s *Server) Addr() net.Addr { return s.lis.Addr() }
 
 // Start listens on addr (loopback only) and serves /metrics from r.
 func Start(addr string, r *prometheus.Registry, log *slog.Logger) (*Server, error) {

@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -83,58 +83,62 @@ func newCLI(f Flavor, cfg CLIConfig) *CLI {
 // Name implements Runtime.
 func (c *CLI) Name() string { return c.cfg.Name }
 
-// Config returns the effective configuration.
-func (c *CLI) Config() CLIConfig { return c.cfg }
-
+// global is the binary and the global flags: every command about a
+// container takes the flags it was created with.
 func (c *CLI) global() []string {
-	return []string{c.cfg.Binary, "--root", c.cfg.Root}
-}
-
-// RunArgv implements Runtime.
-func (c *CLI) RunArgv(id, bundle, pidFile string) []string {
-	return c.runArgv(id, bundle, pidFile, "")
-}
-
-// ConsoleRunArgv implements Runtime.
-func (c *CLI) ConsoleRunArgv(id, bundle, pidFile, consoleSocket string) []string {
-	return c.runArgv(id, bundle, pidFile, consoleSocket)
-}
-
-func (c *CLI) runArgv(id, bundle, pidFile, consoleSocket string) []string {
-	argv := c.global()
+	argv := []string{c.cfg.Binary, "--root", c.cfg.Root}
 	if c.flavor == FlavorCrun {
 		// crun refuses its cgroupfs manager on hybrid hosts and its systemd
 		// manager would put the container in a scope outside the unit; with
 		// no manager the container stays in the unit's own cgroup.
 		argv = append(argv, "--cgroup-manager=disabled")
 	}
-	argv = append(argv, "run", "--detach", "--pid-file", pidFile)
-	if consoleSocket != "" {
-		argv = append(argv, "--console-socket", consoleSocket)
-	}
-	return append(argv, "--bundle", bundle, id)
+	return argv
 }
+
+// globalWithLog adds the runtime's own log (runc and crun both take --log
+// and --log-format as global flags): the only place a failed start's
+// message survives, since the runtime's stderr goes to the container's
+// journal.
+func (c *CLI) globalWithLog(logFile string) []string {
+	return append([]string{c.cfg.Binary, "--log=" + logFile, "--log-format=json"}, c.global()[1:]...)
+}
+
+// CreateArgv implements Runtime.
+func (c *CLI) CreateArgv(id, bundle, pidFile, logFile string) []string {
+	return append(c.globalWithLog(logFile), "create", "--pid-file", pidFile, "--bundle", bundle, id)
+}
+
+// StartArgv implements Runtime.
+func (c *CLI) StartArgv(id, logFile string) []string {
+	return append(c.globalWithLog(logFile), "start", id)
+}
+
+// DeleteArgv implements Runtime.
+func (c *CLI) DeleteArgv(id string) []string { return c.deleteArgv(id, true) }
+
+// ExecArgv implements Runtime: runc and crun stop parsing their own flags
+// at the container ID, so args pass unchanged.
+func (c *CLI) ExecArgv(id string, args []string) []string {
+	return append(append(c.global(), "exec", id), args...)
+}
+
+// ExecProcessArgv implements Runtime.
+func (c *CLI) ExecProcessArgv(id, processFile string) []string {
+	return append(c.global(), "exec", "--process", processFile, id)
+}
+
+// StateArgv implements Runtime.
+func (c *CLI) StateArgv(id string) []string { return append(c.global(), "state", id) }
+
+// StateDir is the runtime's state directory of container id (runc and
+// crun alike): <root>/<id>. id must be a valid container ID.
+func (c *CLI) StateDir(id string) string { return filepath.Join(c.cfg.Root, id) }
 
 // execArgv runs process.json in the foreground; pidFile tells podunit the
 // exec'd process so a timeout can kill it (killing the runtime would not).
-func (c *CLI) execArgv(id, processFile, pidFile, consoleSocket string) []string {
-	argv := append(c.global(), "exec", "--process", processFile, "--pid-file", pidFile)
-	if consoleSocket != "" {
-		argv = append(argv, "--console-socket", consoleSocket)
-	}
-	return append(argv, id)
-}
-
-func (c *CLI) killArgv(id string, sig syscall.Signal, all bool) []string {
-	argv := append(c.global(), "kill")
-	// crun without a cgroup manager has no process list for --all and
-	// silently signals nothing; the init is what it can reach (SIGKILL of a
-	// PID namespace's init ends the namespace; systemd's stop covers the
-	// unit's whole cgroup).
-	if all && c.flavor != FlavorCrun {
-		argv = append(argv, "--all")
-	}
-	return append(argv, id, strconv.Itoa(int(sig)))
+func (c *CLI) execArgv(id, processFile, pidFile string) []string {
+	return append(c.global(), "exec", "--process", processFile, "--pid-file", pidFile, id)
 }
 
 func (c *CLI) deleteArgv(id string, force bool) []string {
@@ -158,10 +162,6 @@ func (c *CLI) updateArgv(id string) []string {
 	return append(c.global(), "update", "--resources", "-", id)
 }
 
-func (c *CLI) stateArgv(id string) []string { return append(c.global(), "state", id) }
-
-func (c *CLI) listArgv() []string { return append(c.global(), "list", "--format", "json") }
-
 // command runs a short runtime command and classifies its failure.
 func (c *CLI) command(ctx context.Context, argv []string) ([]byte, error) {
 	return c.commandInput(ctx, argv, nil)
@@ -180,10 +180,12 @@ func (c *CLI) commandInput(ctx context.Context, argv []string, stdin []byte) ([]
 	if err == nil {
 		return stdout.Bytes(), nil
 	}
+	// The subcommand follows the global flags.
+	op := c.cfg.Name + " " + argv[len(c.global())]
 	if ctx.Err() != nil {
-		return nil, fmt.Errorf("%s %s: %w: %w", c.cfg.Name, argv[3], errdefs.ErrDeadline, ctx.Err())
+		return nil, fmt.Errorf("%s: %w: %w", op, errdefs.ErrDeadline, ctx.Err())
 	}
-	return nil, classify(c.cfg.Name+" "+argv[3], stderr.String(), err)
+	return nil, classify(op, stderr.String(), err)
 }
 
 // classify maps runc's and crun's messages to podunit's sentinels.
@@ -219,12 +221,6 @@ func runtimeMessage(stderr string) string {
 	return last
 }
 
-// Kill implements Runtime.
-func (c *CLI) Kill(ctx context.Context, id string, sig syscall.Signal, all bool) error {
-	_, err := c.command(ctx, c.killArgv(id, sig, all))
-	return err
-}
-
 // Delete implements Runtime.
 func (c *CLI) Delete(ctx context.Context, id string, force bool) error {
 	_, err := c.command(ctx, c.deleteArgv(id, force))
@@ -249,30 +245,4 @@ func (c *CLI) Update(ctx context.Context, id string, r *specs.LinuxResources) er
 	}
 	_, err = c.commandInput(ctx, argv, b)
 	return err
-}
-
-// State implements Runtime.
-func (c *CLI) State(ctx context.Context, id string) (*State, error) {
-	out, err := c.command(ctx, c.stateArgv(id))
-	if err != nil {
-		return nil, err
-	}
-	var s State
-	if err := json.Unmarshal(out, &s); err != nil {
-		return nil, fmt.Errorf("%s state %s: decode %q: %w", c.cfg.Name, id, out, err)
-	}
-	return &s, nil
-}
-
-// List implements Runtime.
-func (c *CLI) List(ctx context.Context) ([]State, error) {
-	out, err := c.command(ctx, c.listArgv())
-	if err != nil {
-		return nil, err
-	}
-	var states []State
-	if err := json.Unmarshal(out, &states); err != nil {
-		return nil, fmt.Errorf("%s list: decode %q: %w", c.cfg.Name, out, err)
-	}
-	return states, nil
 }

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -31,17 +30,15 @@ func TestArgvGolden(t *testing.T) {
 			name string
 			argv []string
 		}{
-			{"run", c.RunArgv("ctr1", "/run/podunit/bundles/ctr1", "/run/podunit/bundles/ctr1/pid")},
-			{"run-console", c.ConsoleRunArgv("ctr1", "/b", "/b/pid", "/b/console.sock")},
-			{"exec", c.execArgv("ctr1", "/x/process.json", "/x/pid", "")},
-			{"exec-tty", c.execArgv("ctr1", "/x/process.json", "/x/pid", "/x/console.sock")},
-			{"kill", c.killArgv("ctr1", syscall.SIGTERM, false)},
-			{"kill-all", c.killArgv("ctr1", syscall.SIGKILL, true)},
+			{"create", c.CreateArgv("ctr1", "/run/podunit/bundles/ctr1", "/run/podunit/bundles/ctr1/pid", "/run/podunit/ctr1/runtime.log")},
+			{"start", c.StartArgv("ctr1", "/run/podunit/ctr1/runtime.log")},
+			{"exec", c.ExecArgv("ctr1", []string{"sh", "-c", "echo --root"})},
+			{"exec-process", c.ExecProcessArgv("ctr1", "/x/process.json")},
+			{"exec-sync", c.execArgv("ctr1", "/x/process.json", "/x/pid")},
+			{"state", c.StateArgv("ctr1")},
 			{"delete", c.deleteArgv("ctr1", false)},
-			{"delete-force", c.deleteArgv("ctr1", true)},
+			{"delete-force", c.DeleteArgv("ctr1")},
 			{"update", c.updateArgv("ctr1")},
-			{"state", c.stateArgv("ctr1")},
-			{"list", c.listArgv()},
 		} {
 			line := strings.Join(l.argv, " ")
 			if l.argv == nil {
@@ -122,68 +119,11 @@ func TestUpdateStdin(t *testing.T) {
 	}
 }
 
-func TestCappedBuffer(t *testing.T) {
-	b := &cappedBuffer{max: 5}
-	for _, s := range []string{"abc", "defg", "h"} {
-		if n, err := b.Write([]byte(s)); n != len(s) || err != nil {
-			t.Fatalf("write %q = %d, %v", s, n, err)
-		}
-	}
-	if got := string(b.Bytes()); got != "abcde" {
-		t.Errorf("capped = %q", got)
-	}
+func TestTailBuffer(t *testing.T) {
 	tb := &tailBuffer{max: 4}
 	_, _ = tb.Write([]byte("hello "))
 	_, _ = tb.Write([]byte("world"))
 	if tb.String() != "orld" {
 		t.Errorf("tail = %q", tb.String())
-	}
-}
-
-func TestExecProcessSpec(t *testing.T) {
-	adj := 5
-	ctr := &specs.Spec{Process: &specs.Process{
-		Args: []string{"init"}, Env: []string{"A=1"}, Cwd: "/srv", User: specs.User{UID: 7},
-		OOMScoreAdj: &adj, NoNewPrivileges: true, ConsoleSize: &specs.Box{Height: 1},
-	}}
-	p := ExecProcessSpec(ctr, []string{"ls", "-l"}, true)
-	if p.Args[0] != "ls" || !p.Terminal || p.Cwd != "/srv" || p.User.UID != 7 || p.Env[0] != "A=1" ||
-		!p.NoNewPrivileges || p.OOMScoreAdj != nil || p.ConsoleSize != nil {
-		t.Errorf("process = %+v", p)
-	}
-	if ctr.Process.Args[0] != "init" {
-		t.Error("container spec modified")
-	}
-	if p := ExecProcessSpec(nil, []string{"x"}, false); p.Cwd != "/" {
-		t.Errorf("no spec: %+v", p)
-	}
-}
-
-func TestWriteBundle(t *testing.T) {
-	dir := t.TempDir()
-	s := &specs.Spec{Version: specs.Version, Hostname: "h", Process: &specs.Process{Args: []string{"sh"}}}
-	if err := WriteBundle(dir, s); err != nil {
-		t.Fatal(err)
-	}
-	s.Hostname = "h2"
-	if err := WriteBundle(dir, s); err != nil {
-		t.Fatal(err)
-	}
-	got, err := ReadBundle(dir)
-	if err != nil || got.Hostname != "h2" || got.Process.Args[0] != "sh" {
-		t.Fatalf("read back %+v, %v", got, err)
-	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Errorf("temp files left: %v", entries)
-	}
-	if st, _ := os.Stat(filepath.Join(dir, "config.json")); st.Mode().Perm() != 0o600 {
-		t.Errorf("mode = %v", st.Mode())
-	}
-	if err := WriteBundle(filepath.Join(dir, "missing"), s); err == nil {
-		t.Error("write into a missing dir succeeded")
-	}
-	if err := WriteBundle(dir, nil); !errors.Is(err, errdefs.ErrInvalid) {
-		t.Errorf("nil spec: %v", err)
 	}
 }

@@ -10,28 +10,6 @@ import (
 	"github.com/podunit/podunit/errdefs"
 )
 
-func TestNeedsShared(t *testing.T) {
-	bidi, h2c, priv := runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL, runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER, runtimeapi.MountPropagation_PROPAGATION_PRIVATE
-	tests := []struct {
-		optional string
-		p        runtimeapi.MountPropagation
-		want     bool
-	}{
-		{"shared:1", bidi, false},
-		{"master:3", bidi, true},
-		{"", bidi, true},
-		{"master:3", h2c, false},
-		{"shared:4 master:3", h2c, false},
-		{"", h2c, true},
-		{"", priv, false},
-	}
-	for _, tt := range tests {
-		if got := needsShared(tt.optional, tt.p); got != tt.want {
-			t.Errorf("needsShared(%q, %v) = %v", tt.optional, tt.p, got)
-		}
-	}
-}
-
 func TestParseSignal(t *testing.T) {
 	tests := []struct {
 		in   string
@@ -63,21 +41,6 @@ func TestParseSignal(t *testing.T) {
 		if err != nil || got != tt.want {
 			t.Errorf("%q = %v, %v; want %v", tt.in, got, err, tt.want)
 		}
-	}
-}
-
-func TestStopSignal(t *testing.T) {
-	if s, _ := StopSignal(ImageConfig{}, nil); s != syscall.SIGTERM {
-		t.Errorf("default = %v", s)
-	}
-	if s, _ := StopSignal(ImageConfig{StopSignal: "SIGQUIT"}, &runtimeapi.ContainerConfig{}); s != syscall.SIGQUIT {
-		t.Errorf("image = %v", s)
-	}
-	if s, _ := StopSignal(ImageConfig{StopSignal: "SIGQUIT"}, &runtimeapi.ContainerConfig{StopSignal: runtimeapi.Signal_SIGNAL_SIGUSR1}); s != syscall.SIGUSR1 {
-		t.Errorf("config = %v", s)
-	}
-	if _, err := StopSignal(ImageConfig{StopSignal: "NOPE"}, nil); !errors.Is(err, errdefs.ErrInvalid) {
-		t.Errorf("bad image signal: %v", err)
 	}
 }
 

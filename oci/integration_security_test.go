@@ -174,7 +174,8 @@ func TestIntegrationMountPropagation(t *testing.T) {
 			if err := unix.Mount("", src, "", unix.MS_PRIVATE, ""); err != nil {
 				t.Fatal(err)
 			}
-			if err := EnsureHostPropagation(src, runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER); err != nil {
+			// Host-to-container propagation needs the host side shared.
+			if err := unix.Mount("", src, "", unix.MS_SHARED, ""); err != nil {
 				t.Fatal(err)
 			}
 			r.start("prop", sleeper(nil, &runtimeapi.Mount{

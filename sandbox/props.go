@@ -1,9 +1,6 @@
 package sandbox
 
 import (
-	"fmt"
-	"sort"
-
 	sd "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
 	"github.com/podunit/podunit/systemd"
@@ -90,18 +87,4 @@ func initProperties(desc, slice string, argv []string) []systemd.Property {
 
 func prop(name string, v any) systemd.Property {
 	return systemd.Property{Name: name, Value: godbus.MakeVariant(v)}
-}
-
-// renderProperties is the golden-test form: sorted Name=Value lines.
-func renderProperties(props []systemd.Property) string {
-	lines := make([]string, 0, len(props))
-	for _, p := range props {
-		lines = append(lines, fmt.Sprintf("%s=%v", p.Name, p.Value.Value()))
-	}
-	sort.Strings(lines)
-	out := ""
-	for _, l := range lines {
-		out += l + "\n"
-	}
-	return out
 }

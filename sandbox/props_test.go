@@ -2,11 +2,15 @@ package sandbox
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"testing"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/podunit/podunit/systemd"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
@@ -41,4 +45,18 @@ func TestSharesToWeight(t *testing.T) {
 			t.Errorf("shares %d: %d, want %d", shares, got, want)
 		}
 	}
+}
+
+// renderProperties is the golden-test form: sorted Name=Value lines.
+func renderProperties(props []systemd.Property) string {
+	lines := make([]string, 0, len(props))
+	for _, p := range props {
+		lines = append(lines, fmt.Sprintf("%s=%v", p.Name, p.Value.Value()))
+	}
+	sort.Strings(lines)
+	out := ""
+	for _, l := range lines {
+		out += l + "\n"
+	}
+	return out
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/podunit/podunit/network"
 	"github.com/podunit/podunit/podfiles"
 	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/systemd/systemdtest"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -82,7 +83,7 @@ func (f *fakeContainers) RemovePodContainers(ctx context.Context, id string) err
 
 type env struct {
 	m    *Manager
-	sd   *systemd.Fake
+	sd   *systemdtest.Fake
 	net  *fakeNet
 	ctrs *fakeContainers
 	dir  string
@@ -98,7 +99,7 @@ func newEnv(t *testing.T, mods ...func(*Options)) *env {
 	dir := t.TempDir()
 	resolv := filepath.Join(dir, "host-resolv.conf")
 	os.WriteFile(resolv, []byte("nameserver 192.0.2.53\n"), 0o644)
-	e := &env{sd: systemd.NewFake(), net: &fakeNet{}, ctrs: &fakeContainers{}, dir: dir}
+	e := &env{sd: systemdtest.New(), net: &fakeNet{}, ctrs: &fakeContainers{}, dir: dir}
 	e.opts = Options{
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
 		Network: e.net, Systemd: e.sd, Containers: e.ctrs, Handlers: []string{"runc", "crun"},
@@ -381,7 +382,7 @@ func TestCNIFailureRollsBack(t *testing.T) {
 
 func TestSliceFailureRollsBack(t *testing.T) {
 	e := newEnv(t)
-	e.sd.StartFunc = func(u *systemd.FakeUnit) systemd.JobResult { return systemd.JobFailed }
+	e.sd.StartFunc = func(u *systemdtest.Unit) systemd.JobResult { return systemd.JobFailed }
 	if _, err := e.m.Run(context.Background(), podConfig("x"), ""); !systemd.IsJobError(err) {
 		t.Fatalf("Run: %v", err)
 	}
@@ -398,7 +399,7 @@ func TestHostNamespacesAndKubeletSlice(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	const parent = "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poduid1.slice"
-	e.sd.Units["kubepods-burstable-poduid1.slice"] = &systemd.FakeUnit{Name: "kubepods-burstable-poduid1.slice", Props: map[string]any{}, ActiveState: "active"}
+	e.sd.Units["kubepods-burstable-poduid1.slice"] = &systemdtest.Unit{Name: "kubepods-burstable-poduid1.slice", Props: map[string]any{}, ActiveState: "active"}
 	c := podConfig("h")
 	c.Linux.Sysctls = nil
 	c.Linux.CgroupParent = parent
@@ -483,7 +484,7 @@ func TestSharedPIDNamespace(t *testing.T) {
 		t.Fatalf("catatonit missing: %v", err)
 	}
 	var procs sync.Map
-	e.sd.StartFunc = func(u *systemd.FakeUnit) systemd.JobResult {
+	e.sd.StartFunc = func(u *systemdtest.Unit) systemd.JobResult {
 		argv := u.Props["ExecStart"]
 		if !strings.HasSuffix(u.Name, "-init.service") {
 			return systemd.JobDone
@@ -499,7 +500,7 @@ func TestSharedPIDNamespace(t *testing.T) {
 		u.Props["MainPID"] = uint32(cmd.Process.Pid)
 		return systemd.JobDone
 	}
-	e.sd.StopFunc = func(u *systemd.FakeUnit) systemd.JobResult {
+	e.sd.StopFunc = func(u *systemdtest.Unit) systemd.JobResult {
 		if p, ok := procs.Load(u.Name); ok {
 			// unshare blocks SIGTERM while it waits; systemd signals the
 			// whole cgroup instead, catatonit included.
@@ -680,7 +681,7 @@ func TestContainersMayLookUpPodDuringStop(t *testing.T) {
 func TestRecoverWithSystemdDown(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.sd.StartFunc = func(u *systemd.FakeUnit) systemd.JobResult {
+	e.sd.StartFunc = func(u *systemdtest.Unit) systemd.JobResult {
 		if strings.HasSuffix(u.Name, "-init.service") {
 			// a process in a new pid namespace, as the real init unit has
 			cmd := exec.Command(DefaultPodInit[0], DefaultPodInit[1:]...)

@@ -28,10 +28,6 @@ type OutputSource interface {
 // running (a session without stdin ends when the container stops).
 const exitPoll = time.Second
 
-// veof is the terminal's end-of-file character (^D): closing stdin of a
-// TTY container can only be said this way, a terminal has no half-close.
-const veof = 0x04
-
 type attachSession struct {
 	h        *handler
 	t        Target
@@ -41,14 +37,8 @@ type attachSession struct {
 }
 
 func (s *attachSession) run(ctx context.Context) error {
-	if s.h.d.Stdio == nil && s.t.TTY {
-		return fmt.Errorf("container %s: attach to a terminal is not configured: %w", s.t.ID, errdefs.ErrPrecondition)
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if s.t.TTY {
-		return s.runTTY(ctx)
-	}
 	return s.runPipes(ctx)
 }
 
@@ -74,58 +64,8 @@ func (s *attachSession) stopped(ctx context.Context) <-chan struct{} {
 	return c
 }
 
-func (s *attachSession) runTTY(ctx context.Context) error {
-	hub := s.h.d.Stdio.terminal(s.t.ID)
-	if hub == nil {
-		return fmt.Errorf("container %s: podunit holds no terminal for it (started elsewhere, or lost with the fd store): %w", s.t.ID, errdefs.ErrPrecondition)
-	}
-	var gone <-chan struct{}
-	if s.out != nil {
-		sub := hub.subscribe(s.out)
-		defer hub.unsubscribe(sub)
-		gone = sub.gone
-	}
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ws, ok := <-s.resize:
-				if !ok {
-					return
-				}
-				if err := setWinSize(hub.master, ws); err != nil {
-					s.h.log.Debug("terminal resize failed", "container", s.t.ID, "err", err)
-				}
-			}
-		}
-	}()
-	inDone := make(chan struct{})
-	if s.in != nil && s.t.Stdin {
-		go func() {
-			defer close(inDone)
-			_, err := io.Copy(writerFunc(hub.write), s.in)
-			if err == nil && s.t.StdinOnce {
-				hub.write([]byte{veof})
-			}
-		}()
-	} else if s.in != nil {
-		go io.Copy(io.Discard, s.in)
-	}
-	select {
-	case <-ctx.Done():
-	case <-inDone:
-	case <-gone:
-	case <-hub.done:
-	}
-	return nil
-}
-
 func (s *attachSession) runPipes(ctx context.Context) error {
-	var (
-		waitOut   = make(chan error, 1)
-		following bool
-	)
+	waitOut := make(chan error, 1)
 	if s.out != nil || s.err != nil {
 		out, errw := s.out, s.err
 		if out == nil {
@@ -143,27 +83,19 @@ func (s *attachSession) runPipes(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("container %s: follow output: %w", s.t.ID, err)
 		}
-		following = true
 		go func() { waitOut <- wait() }()
 	}
 	var inDone chan struct{}
-	closesStdin := false
 	if s.in != nil && s.t.Stdin {
-		w, held, err := s.stdinWriter()
+		w, err := s.stdinWriter()
 		if err != nil {
 			return err
 		}
-		closesStdin = held && s.t.StdinOnce
 		inDone = make(chan struct{})
 		go func() {
 			defer close(inDone)
-			if !held {
-				defer w.Close()
-			}
+			defer w.Close()
 			_, err := io.Copy(w, s.in)
-			if err == nil && closesStdin {
-				s.h.d.Stdio.closeStdin(s.t.ID)
-			}
 			if err != nil && !errors.Is(err, os.ErrClosed) {
 				s.h.log.Debug("attach stdin copy ended", "container", s.t.ID, "err", err)
 			}
@@ -178,16 +110,9 @@ func (s *attachSession) runPipes(ctx context.Context) error {
 		// Give the journal a moment for the last lines.
 		time.Sleep(200 * time.Millisecond)
 	case <-inDone:
-		// As the kubelet expects: with stdin_once the container's stdin
-		// is now closed and output follows until it exits; otherwise the
-		// session ends with the client's stdin.
-		if closesStdin && following {
-			select {
-			case <-ctx.Done():
-			case <-stopped:
-				time.Sleep(200 * time.Millisecond)
-			}
-		}
+		// The session ends with the client's stdin: the container's stdin
+		// stays open (the unit's wrapper holds the FIFO), so nothing would
+		// tell it apart from a session still running.
 	case err := <-waitOut:
 		if err != nil && ctx.Err() == nil {
 			return fmt.Errorf("container %s: output: %w", s.t.ID, err)
@@ -196,28 +121,19 @@ func (s *attachSession) runPipes(ctx context.Context) error {
 	return nil
 }
 
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
-// stdinWriter is where attach input goes: the write end Stdio holds, or
-// else a write end of the container's FIFO opened for this session.
-func (s *attachSession) stdinWriter() (w *os.File, held bool, err error) {
-	if s.h.d.Stdio != nil {
-		if w := s.h.d.Stdio.stdinWriter(s.t.ID); w != nil {
-			return w, true, nil
-		}
-	}
+// stdinWriter is where attach input goes: a write end of the container's
+// FIFO opened for this session.
+func (s *attachSession) stdinWriter() (*os.File, error) {
 	if s.t.StdinPath == "" {
-		return nil, false, fmt.Errorf("container %s: its stdin is closed (stdin_once) or was lost: %w", s.t.ID, errdefs.ErrPrecondition)
+		return nil, fmt.Errorf("container %s: its stdin is closed (stdin_once) or was lost: %w", s.t.ID, errdefs.ErrPrecondition)
 	}
 	// Non-blocking: with no reader (container gone) this fails with ENXIO
 	// instead of hanging.
 	f, err := os.OpenFile(s.t.StdinPath, os.O_WRONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, false, fmt.Errorf("container %s: open stdin: %v: %w", s.t.ID, err, errdefs.ErrPrecondition)
+		return nil, fmt.Errorf("container %s: open stdin: %v: %w", s.t.ID, err, errdefs.ErrPrecondition)
 	}
-	return f, false, nil
+	return f, nil
 }
 
 // followTaps connects to the relay's taps in dir and copies what the

@@ -18,55 +18,34 @@ import (
 // output open forever.
 const drainTimeout = 2 * time.Second
 
-// CLIExecutor runs `<RuntimeCmd> exec [--tty] <id> <args...>` in the
-// foreground. runc and crun then join the container's namespaces and
-// cgroup and take user, environment, capabilities and working directory
-// from the container's own process spec, and exit with the command's
-// status.
+// CLIExecutor runs the runtime's `exec <id> <args...>` in the foreground.
+// runc and crun then join the container's namespaces and cgroup and take
+// user, environment, capabilities and working directory from the
+// container's own process spec, and exit with the command's status.
 //
-// A TTY exec gets a pseudo-terminal from podunit as the runtime's stdio:
-// the runtime proxies it to the container's own terminal and copies its
-// size on SIGWINCH, which the kernel sends when podunit resizes the
-// master. So resize works with no console socket and no child reaper.
-//
-// With Helper set (podunit's own binary and ExecHelperName), TTY execs run
-// detached through that helper instead; see ExecHelperMain.
+// TTY execs run detached through Helper (podunit's own binary and
+// ExecHelperName); see ExecHelperMain.
 type CLIExecutor struct {
 	Helper []string
 }
 
-// ExecArgv is the runtime command line for one exec; runc and crun stop
-// parsing their own flags at the container ID.
-func ExecArgv(runtimeCmd []string, id string, args []string, tty bool) []string {
-	argv := append([]string{}, runtimeCmd...)
-	argv = append(argv, "exec")
-	if tty {
-		argv = append(argv, "--tty")
-	}
-	argv = append(argv, id)
-	return append(argv, args...)
-}
-
 func (e CLIExecutor) Exec(ctx context.Context, t Target, p ExecProcess) (int, error) {
-	if len(t.RuntimeCmd) == 0 {
-		return -1, fmt.Errorf("container %s has no runtime command: %w", t.ID, errdefs.ErrInvalid)
+	if t.Runtime == nil {
+		return -1, fmt.Errorf("container %s has no runtime: %w", t.ID, errdefs.ErrInvalid)
 	}
 	if len(p.Args) == 0 {
 		return -1, fmt.Errorf("exec needs a command: %w", errdefs.ErrInvalid)
 	}
-	if p.TTY && len(e.Helper) > 0 {
+	if p.TTY {
+		if len(e.Helper) == 0 {
+			return -1, fmt.Errorf("terminal exec without the exec helper: %w", errdefs.ErrPrecondition)
+		}
 		return runTTYHelper(ctx, e.Helper, t, p)
 	}
-	argv := ExecArgv(t.RuntimeCmd, t.ID, p.Args, p.TTY)
+	argv := t.Runtime.ExecArgv(t.ID, p.Args)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.WaitDelay = drainTimeout
-	var err error
-	if p.TTY {
-		err = runTTY(cmd, p)
-	} else {
-		err = runPipes(cmd, p)
-	}
-	return exitCode(ctx, err)
+	return exitCode(ctx, runPipes(cmd, p))
 }
 
 func exitCode(ctx context.Context, err error) (int, error) {
@@ -121,44 +100,6 @@ func runPipes(cmd *exec.Cmd, p ExecProcess) error {
 		w.Close()
 	}()
 	return cmd.Wait()
-}
-
-func runTTY(cmd *exec.Cmd, p ExecProcess) error {
-	master, slave, err := openPTY()
-	if err != nil {
-		return err
-	}
-	defer master.Close()
-	// Raw, so podunit's terminal adds nothing to what the container's
-	// terminal already produced (runc also sets it raw).
-	if err := setRaw(slave); err != nil {
-		slave.Close()
-		return fmt.Errorf("pty raw mode: %w", err)
-	}
-	// The first size usually arrives right away; giving it before the
-	// runtime starts spares the program a resize at startup.
-	select {
-	case s, ok := <-p.Resize:
-		if ok {
-			setWinSize(master, s)
-		}
-	case <-time.After(50 * time.Millisecond):
-	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	err = cmd.Start()
-	slave.Close()
-	if err != nil {
-		return err
-	}
-	stop, copied := relayTerminal(master, p)
-	defer stop()
-	werr := cmd.Wait()
-	select {
-	case <-copied:
-	case <-time.After(drainTimeout):
-	}
-	return werr
 }
 
 // relayTerminal serves one exec's terminal: resize requests, stdin into

@@ -9,43 +9,24 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-)
 
-// fdStoreService is set by the integration tests: the test binary then
-// also serves as a systemd service inside the harness.
-var fdStoreService func() int
+	"github.com/podunit/podunit/oci"
+)
 
 func TestMain(m *testing.M) {
 	if os.Getenv("STREAMING_TEST_EXEC_HELPER") == "1" {
 		os.Exit(ExecHelperMain(os.Args[1:]))
-	}
-	if os.Getenv("STREAMING_FDSTORE_SERVICE") == "1" && fdStoreService != nil {
-		os.Exit(fdStoreService())
 	}
 	os.Exit(m.Run())
 }
 
 func testHelper() []string {
 	return []string{"/usr/bin/env", "STREAMING_TEST_EXEC_HELPER=1", os.Args[0]}
-}
-
-func TestExecArgv(t *testing.T) {
-	got := ExecArgv([]string{"/usr/sbin/runc", "--root", "/run/r"}, "c1", []string{"ls", "-la"}, true)
-	want := []string{"/usr/sbin/runc", "--root", "/run/r", "exec", "--tty", "c1", "ls", "-la"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("tty argv = %q, want %q", got, want)
-	}
-	got = ExecArgv([]string{"crun"}, "c1", []string{"true"}, false)
-	want = []string{"crun", "exec", "c1", "true"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("argv = %q, want %q", got, want)
-	}
 }
 
 // busyboxBundle writes an OCI bundle with a static busybox as rootfs.
@@ -109,13 +90,14 @@ func busyboxBundleIn(t *testing.T, parent, runtime string, args []string, termin
 var ctrSeq atomic.Int32
 
 // runcRun starts the bundle detached; the container inherits stdin and
-// stdout (nil: /dev/null). It returns the runtime command and the ID.
-func runcRun(t *testing.T, bundle string, extra []string, stdin, stdout *os.File) ([]string, string) {
+// stdout (nil: /dev/null). It returns the runtime and the ID.
+func runcRun(t *testing.T, bundle string, extra []string, stdin, stdout *os.File) (*oci.CLI, string) {
 	t.Helper()
 	id := fmt.Sprintf("st-%d-%d", os.Getpid(), ctrSeq.Add(1))
-	rt := []string{"runc", "--root", filepath.Join(t.TempDir(), "state")}
-	args := append(append(append([]string{}, rt[1:]...), "run", "--detach", "-b", bundle), extra...)
-	run := exec.Command(rt[0], append(args, id)...)
+	root := filepath.Join(t.TempDir(), "state")
+	rt := oci.NewRunc(oci.CLIConfig{Root: root})
+	args := append([]string{"--root", root, "run", "--detach", "-b", bundle}, extra...)
+	run := exec.Command("runc", append(args, id)...)
 	if stdin != nil {
 		run.Stdin = stdin
 	}
@@ -135,14 +117,16 @@ func runcRun(t *testing.T, bundle string, extra []string, stdin, stdout *os.File
 		t.Fatalf("runc run: %v: %s", err, msg)
 	}
 	t.Cleanup(func() {
-		exec.Command(rt[0], append(rt[1:], "delete", "--force", id)...).Run()
+		del := rt.DeleteArgv(id)
+		exec.Command(del[0], del[1:]...).Run()
 	})
 	return rt, id
 }
 
 // runcStatus is the runtime's status of the container.
-func runcStatus(rt []string, id string) string {
-	out, err := exec.Command(rt[0], append(append([]string{}, rt[1:]...), "state", id)...).Output()
+func runcStatus(rt *oci.CLI, id string) string {
+	argv := rt.StateArgv(id)
+	out, err := exec.Command(argv[0], argv[1:]...).Output()
 	if err != nil {
 		return "gone"
 	}
@@ -157,7 +141,7 @@ func TestCLIExecutorRealRuntime(t *testing.T) {
 	for _, runtime := range []string{"runc"} {
 		t.Run(runtime, func(t *testing.T) {
 			rt, id := runcRun(t, busyboxBundle(t, runtime, []string{"sleep", "1000"}, false), nil, nil, nil)
-			tgt := Target{ID: id, Running: true, RuntimeCmd: rt}
+			tgt := Target{ID: id, Running: true, Runtime: rt}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			e := CLIExecutor{Helper: testHelper()}

@@ -152,10 +152,45 @@ func indexOf(v []string, s string) int {
 	return -1
 }
 
+// recvFD accepts one connection and reads one descriptor sent with
+// SCM_RIGHTS (runc and crun send the master this way).
+func recvFD(lis *net.UnixListener) (*os.File, error) {
+	conn, err := lis.AcceptUnix()
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	buf := make([]byte, 4096)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	_, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	for _, m := range msgs {
+		got, err := unix.ParseUnixRights(&m)
+		if err == nil {
+			fds = append(fds, got...)
+		}
+	}
+	if len(fds) == 0 {
+		return nil, errors.New("no descriptor in console socket message")
+	}
+	for _, fd := range fds[1:] {
+		unix.Close(fd)
+	}
+	unix.CloseOnExec(fds[0])
+	return os.NewFile(uintptr(fds[0]), "pty-master"), nil
+}
+
 // runTTYHelper runs a TTY exec through the helper.
 func runTTYHelper(ctx context.Context, helper []string, t Target, p ExecProcess) (int, error) {
 	args := append([]string{}, helper[1:]...)
-	argv := ExecArgv(t.RuntimeCmd, t.ID, p.Args, false)
+	argv := t.Runtime.ExecArgv(t.ID, p.Args)
 	// The client sends its terminal size right after connecting; the
 	// command should start with it (a shell reads it once at start).
 	select {
@@ -164,7 +199,7 @@ func runTTYHelper(ctx context.Context, helper []string, t Target, p ExecProcess)
 			args = append(args, fmt.Sprintf("--size=%dx%d", s.Height, s.Width))
 			if path, err := sizedProcess(ctx, t, p.Args, s); err == nil {
 				defer os.Remove(path)
-				argv = append(append(append([]string{}, t.RuntimeCmd...), "exec", "--process", path), t.ID)
+				argv = t.Runtime.ExecProcessArgv(t.ID, path)
 			}
 		}
 	case <-time.After(100 * time.Millisecond):
@@ -251,7 +286,8 @@ func runTTYHelper(ctx context.Context, helper []string, t Target, p ExecProcess)
 // process spec (as the runtime would derive it from the bundle) plus a
 // console size, so the terminal has its size before the command starts.
 func sizedProcess(ctx context.Context, t Target, args []string, size WinSize) (string, error) {
-	out, err := exec.CommandContext(ctx, t.RuntimeCmd[0], append(append([]string{}, t.RuntimeCmd[1:]...), "state", t.ID)...).Output()
+	argv := t.Runtime.StateArgv(t.ID)
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).Output()
 	if err != nil {
 		return "", err
 	}

@@ -239,20 +239,3 @@ func (m *memStore) entries() []string {
 	defer m.mu.Unlock()
 	return append([]string(nil), m.log...)
 }
-
-type recSink struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (r *recSink) TTYOutput(_ string, p []byte) {
-	r.mu.Lock()
-	r.buf.Write(p)
-	r.mu.Unlock()
-}
-
-func (r *recSink) String() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.buf.String()
-}

@@ -1,15 +1,17 @@
 package streaming
 
 import (
+	"log/slog"
 	"os"
 	"strings"
 
 	"github.com/podunit/podunit/fdstore"
 )
 
-// Names of the descriptors podunit parks in its own fd store. systemd
-// hands them back after a restart in LISTEN_FDS/LISTEN_FDNAMES, next to
-// the socket-activation sockets.
+// Names of the descriptors older podunit versions parked in their fd store
+// (containers' stdin FIFOs and terminals). systemd hands them back after a
+// restart in LISTEN_FDS/LISTEN_FDNAMES, next to the socket-activation
+// sockets.
 const (
 	fdPrefix      = "podunit-"
 	stdinFDPrefix = fdPrefix + "stdin-"
@@ -34,6 +36,18 @@ func SplitActivationFiles(files []*os.File) (stored, rest []*os.File) {
 		}
 	}
 	return stored, rest
+}
+
+// ReleaseStored drops the stored descriptors from the fd store and closes
+// them: attach now writes to the FIFO the container's unit holds, and
+// closing alone would not do, systemd would hand them back at every start.
+func ReleaseStored(files []*os.File, store FDStore, log *slog.Logger) {
+	for _, f := range files {
+		if err := store.Remove(f.Name()); err != nil {
+			log.Warn("cannot remove a descriptor from systemd's fd store", "name", f.Name(), "err", err)
+		}
+		f.Close()
+	}
 }
 
 // FDStore keeps descriptors across restarts of podunit.

@@ -8,10 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"strings"
-	"sync"
-
-	"github.com/coreos/go-systemd/v22/journal"
 )
 
 // JournalFollower reads a non-TTY container's output from the journal,
@@ -137,71 +133,4 @@ func parseEntry(line []byte) (msg []byte, isErr, ok bool) {
 		msg = append(msg, '\n')
 	}
 	return msg, e.Priority == "3", true
-}
-
-// JournalSink writes TTY output to the journal, one entry per line with
-// PRIORITY=6, CONTAINER_ID and Fields: the same entries a non-TTY
-// container's stdout produces, so the log follower that writes the CRI
-// log file sees both alike (matching on CONTAINER_ID, not _SYSTEMD_UNIT,
-// which is podunit.service for these).
-type JournalSink struct {
-	// Fields returns the container's journal fields as "NAME=value"
-	// (logs.ExtraFields: PODUNIT_LOG=1, POD_NAME, CONTAINER_NAME...,
-	// optionally SYSLOG_IDENTIFIER); it may be nil.
-	Fields func(containerID string) []string
-
-	mu      sync.Mutex
-	partial map[string][]byte
-}
-
-// lineMax is journald's default LineMax: longer lines are split.
-const lineMax = 48 << 10
-
-func (j *JournalSink) TTYOutput(id string, p []byte) {
-	j.mu.Lock()
-	if j.partial == nil {
-		j.partial = map[string][]byte{}
-	}
-	lines, rest := splitLines(j.partial[id], p)
-	if len(rest) == 0 {
-		delete(j.partial, id)
-	} else {
-		j.partial[id] = rest
-	}
-	j.mu.Unlock()
-	if len(lines) == 0 {
-		return
-	}
-	vars := map[string]string{"CONTAINER_ID": id, "PODUNIT_TTY": "1"}
-	if j.Fields != nil {
-		for _, kv := range j.Fields(id) {
-			if k, v, ok := strings.Cut(kv, "="); ok {
-				vars[k] = v
-			}
-		}
-	}
-	for _, l := range lines {
-		journal.Send(l, journal.PriInfo, vars)
-	}
-}
-
-// splitLines appends p to a pending partial line and returns the complete
-// lines (without "\r\n" or "\n"; over-long ones cut at lineMax) and the
-// new partial line.
-func splitLines(partial, p []byte) (lines []string, rest []byte) {
-	buf := append(append([]byte(nil), partial...), p...)
-	for {
-		i := bytes.IndexByte(buf, '\n')
-		if i < 0 || i > lineMax {
-			if len(buf) < lineMax {
-				break
-			}
-			lines = append(lines, string(buf[:lineMax]))
-			buf = buf[lineMax:]
-			continue
-		}
-		lines = append(lines, strings.TrimSuffix(string(buf[:i]), "\r"))
-		buf = buf[i+1:]
-	}
-	return lines, buf
 }

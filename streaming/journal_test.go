@@ -44,15 +44,3 @@ func TestFollowArgv(t *testing.T) {
 		t.Fatalf("default match %q", got)
 	}
 }
-
-func TestSplitLines(t *testing.T) {
-	lines, rest := splitLines([]byte("par"), []byte("tial\r\nnext\nhalf"))
-	if !slices.Equal(lines, []string{"partial", "next"}) || string(rest) != "half" {
-		t.Fatalf("%q %q", lines, rest)
-	}
-	long := bytes.Repeat([]byte("x"), lineMax+10)
-	lines, rest = splitLines(nil, long)
-	if len(lines) != 1 || len(lines[0]) != lineMax || len(rest) != 10 {
-		t.Fatalf("long line: %d lines, rest %d", len(lines), len(rest))
-	}
-}

@@ -16,16 +16,14 @@ import (
 type Target struct {
 	ID      string
 	Running bool
-	// RuntimeCmd is the OCI runtime binary and its global flags, as the
-	// container was created with them (e.g. runc --root /run/podunit/runc).
-	RuntimeCmd []string
-	// TTY, Stdin and StdinOnce are the container config's values; TTY
-	// means the container really runs on a terminal whose master Stdio
-	// holds (false when it was started without one).
-	TTY, Stdin, StdinOnce bool
-	// StdinPath is the container's stdin FIFO, used for attach input when
-	// Stdio holds no write end for it (the unit's wrapper opened the FIFO
-	// read-write itself: input works, stdin_once cannot end it).
+	// Runtime builds the command lines of the OCI runtime the container
+	// was created with.
+	Runtime RuntimeArgv
+	// Stdin is the container config's value.
+	Stdin bool
+	// StdinPath is the container's stdin FIFO, where attach input goes
+	// (the unit's wrapper opened the FIFO read-write itself: input works,
+	// stdin_once cannot end it).
 	StdinPath string
 	// JournalMatch selects the container's output in the journal for
 	// non-TTY attach (journalctl match syntax, e.g. "CONTAINER_ID=<id>");
@@ -35,6 +33,13 @@ type Target struct {
 	// of an attachable container: its output byte for byte, partial lines
 	// included, which the journal only has once a line is complete.
 	TapDir string
+}
+
+// RuntimeArgv builds a container's OCI runtime command lines (oci.Runtime).
+type RuntimeArgv interface {
+	ExecArgv(id string, args []string) []string
+	ExecProcessArgv(id, processFile string) []string
+	StateArgv(id string) []string
 }
 
 // Containers looks containers up for exec and attach. An unknown ID must

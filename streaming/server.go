@@ -43,9 +43,6 @@ type Deps struct {
 	Pods       Pods
 	// Exec runs commands in containers; nil uses CLIExecutor.
 	Exec Executor
-	// Stdio holds attachable stdin and terminals; nil makes attach to a
-	// container with stdin or a TTY fail with FailedPrecondition.
-	Stdio *Stdio
 	// Output follows non-TTY output for attach; nil uses JournalFollower.
 	Output OutputSource
 	Logger *slog.Logger

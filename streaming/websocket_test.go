@@ -189,7 +189,7 @@ func TestWebSocketAttach(t *testing.T) {
 	}()
 	ctrs := &fakeContainers{}
 	ctrs.set(Target{ID: "a1", Running: true, Stdin: true, StdinPath: fifo})
-	s := startServer(t, Deps{Containers: ctrs, Pods: fakePods{}, Stdio: NewStdio(StdioConfig{Store: &memStore{}}), Output: &pipeOutput{r: outR}})
+	s := startServer(t, Deps{Containers: ctrs, Pods: fakePods{}, Output: &pipeOutput{r: outR}})
 	resp, err := s.Attach(context.Background(), &runtimeapi.AttachRequest{ContainerId: "a1", Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
 		t.Fatal(err)

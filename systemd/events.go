@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	godbus "github.com/godbus/dbus/v5"
@@ -47,20 +46,6 @@ const (
 	// re-read the state of the units they care about.
 	Resync
 )
-
-func (k UnitEventKind) String() string {
-	switch k {
-	case UnitChanged:
-		return "changed"
-	case UnitJobRemoved:
-		return "job-removed"
-	case UnitRemoved:
-		return "removed"
-	case Resync:
-		return "resync"
-	}
-	return "unknown(" + strconv.Itoa(int(k)) + ")"
-}
 
 // UnitState is the part of a unit's state podunit follows.
 type UnitState struct {
@@ -147,9 +132,6 @@ type Watcher struct {
 	// owned by Run's goroutine
 	overflow bool
 	units    map[string]*UnitState
-
-	mu        sync.Mutex
-	connected bool
 }
 
 // NewWatcher prepares a watcher; nothing happens until Run.
@@ -182,17 +164,7 @@ func dialSystemBus(ctx context.Context) (*godbus.Conn, error) {
 // Events is the watcher's output. It is closed when Run returns.
 func (w *Watcher) Events() <-chan UnitEvent { return w.out }
 
-// Connected reports whether the watcher currently holds a subscription.
-func (w *Watcher) Connected() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.connected
-}
-
 func (w *Watcher) setConnected(v bool) {
-	w.mu.Lock()
-	w.connected = v
-	w.mu.Unlock()
 	if v {
 		watcherConnected.Set(1)
 	} else {
@@ -469,22 +441,4 @@ func unescapeBusPath(s string) (string, error) {
 		i += 2
 	}
 	return b.String(), nil
-}
-
-// UnitPath is the inverse of UnitNameFromPath.
-func UnitPath(unit string) string {
-	if unit == "" {
-		return unitPathNS + "/_"
-	}
-	var b strings.Builder
-	b.WriteString(unitPathNS + "/")
-	for i := 0; i < len(unit); i++ {
-		c := unit[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' && i > 0 {
-			b.WriteByte(c)
-			continue
-		}
-		fmt.Fprintf(&b, "_%02x", c)
-	}
-	return b.String()
 }

@@ -93,9 +93,6 @@ func TestWatcherAgainstRealSystemd(t *testing.T) {
 		t.Fatalf("restart dbus: %v\n%s", err, out)
 	}
 	next("resync after reconnect", func(ev systemd.UnitEvent) bool { return ev.Kind == systemd.Resync && ev.Reason == "reconnected" })
-	if !w.Connected() {
-		t.Fatal("not connected after resync")
-	}
 	runUnit("evtest-b")
 
 	// daemon-reload may change units behind subscribers' backs.

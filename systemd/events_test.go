@@ -1,7 +1,10 @@
 package systemd
 
 import (
+	"fmt"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 
 	godbus "github.com/godbus/dbus/v5"
@@ -140,4 +143,37 @@ func TestWatcherHandleAndOverflow(t *testing.T) {
 	if len(w.out) != 0 {
 		t.Fatal("resync queued while overflow pending")
 	}
+}
+
+// String names kinds in test messages.
+func (k UnitEventKind) String() string {
+	switch k {
+	case UnitChanged:
+		return "changed"
+	case UnitJobRemoved:
+		return "job-removed"
+	case UnitRemoved:
+		return "removed"
+	case Resync:
+		return "resync"
+	}
+	return "unknown(" + strconv.Itoa(int(k)) + ")"
+}
+
+// UnitPath is the inverse of UnitNameFromPath.
+func UnitPath(unit string) string {
+	if unit == "" {
+		return unitPathNS + "/_"
+	}
+	var b strings.Builder
+	b.WriteString(unitPathNS + "/")
+	for i := 0; i < len(unit); i++ {
+		c := unit[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' && i > 0 {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "_%02x", c)
+	}
+	return b.String()
 }

@@ -5,8 +5,6 @@ package unitprops
 
 import (
 	"fmt"
-	"math"
-	"sort"
 	"strings"
 	"time"
 
@@ -149,45 +147,4 @@ func validLogField(f string) error {
 		}
 	}
 	return nil
-}
-
-// Render prints properties as sorted "Name=Value" lines, the golden-file
-// format; byte arrays print as strings, exec lists as argv.
-func Render(props []systemd.Property) string {
-	lines := make([]string, 0, len(props))
-	for _, p := range props {
-		lines = append(lines, p.Name+"="+renderValue(p.Value.Value()))
-	}
-	sort.Strings(lines)
-	return strings.Join(lines, "\n") + "\n"
-}
-
-func renderValue(v any) string {
-	switch x := v.(type) {
-	case []execCommand:
-		var parts []string
-		for _, e := range x {
-			s := strings.Join(e.Args, " ")
-			if e.IgnoreFailure {
-				s = "-" + s
-			}
-			parts = append(parts, "{"+e.Path+": "+s+"}")
-		}
-		return strings.Join(parts, " ")
-	case [][]byte:
-		var parts []string
-		for _, b := range x {
-			parts = append(parts, fmt.Sprintf("%q", b))
-		}
-		return strings.Join(parts, " ")
-	case []byte:
-		return fmt.Sprintf("%x", x)
-	case uint64:
-		if x == math.MaxUint64 {
-			return "infinity"
-		}
-		return fmt.Sprint(x)
-	default:
-		return fmt.Sprint(x)
-	}
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/podunit/podunit/cri"
 	"github.com/podunit/podunit/events"
 	"github.com/podunit/podunit/gc"
-	"github.com/podunit/podunit/logs"
 	"github.com/podunit/podunit/metrics"
 	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/stats"
@@ -63,19 +62,12 @@ func startStreaming(cfg *config.Config, s *services, stored []*os.File, log *slo
 	if err != nil {
 		return nil, err
 	}
-	st := streaming.NewStdio(streaming.StdioConfig{
-		Restored: stored,
-		Store:    streaming.NotifyFDStore{},
-		Sink:     &streaming.JournalSink{Fields: s.journalFields},
-		Logger:   log.With("component", "stdio"),
-	})
-	st.Prune(func(id string) bool { _, _, err := s.ctrs.Status(context.Background(), id, false); return err == nil })
+	streaming.ReleaseStored(stored, streaming.NotifyFDStore{}, log.With("component", "streaming"))
 	srv, err := streaming.New(streaming.Config{
 		Address: cfg.Streaming.Address, TLSCert: cfg.Streaming.TLSCert, TLSKey: cfg.Streaming.TLSKey,
 	}, streaming.Deps{
 		Containers: s.ctrs, Pods: podNetNS{s.pods},
 		Exec:   streaming.CLIExecutor{Helper: []string{self, streaming.ExecHelperName}},
-		Stdio:  st,
 		Output: streaming.JournalFollower{},
 		Logger: log.With("component", "streaming"),
 	})
@@ -88,20 +80,6 @@ func startStreaming(cfg *config.Config, s *services, stored []*os.File, log *slo
 		}
 	}()
 	return srv, nil
-}
-
-// journalFields are the journal fields of a container's output, for TTY
-// output that podunit itself relays to the journal.
-func (s *services) journalFields(containerID string) []string {
-	st, _, err := s.ctrs.Status(context.Background(), containerID, false)
-	if err != nil {
-		return logs.ExtraFields(logs.Identity{ContainerID: containerID})
-	}
-	return logs.ExtraFields(logs.Identity{
-		PodNamespace: st.GetLabels()["io.kubernetes.pod.namespace"], PodName: st.GetLabels()["io.kubernetes.pod.name"],
-		PodUID: st.GetLabels()["io.kubernetes.pod.uid"], ContainerName: st.GetMetadata().GetName(),
-		ContainerID: containerID, Attempt: st.GetMetadata().GetAttempt(),
-	})
 }
 
 // startEvents subscribes to systemd's unit signals and translates them to

@@ -344,15 +344,3 @@ func (c *Collector) ListPodSandboxStats(ctx context.Context, f *runtimeapi.PodSa
 	}
 	return out, nil
 }
-
-// DirLayerUsage measures a writable layer kept as a directory (the overlay
-// upper dir, or the vfs copy) on the filesystem mounted at mountpoint.
-func DirLayerUsage(mountpoint, dir string) (LayerUsage, error) {
-	b, n, err := stats.DirUsage(dir)
-	if err != nil {
-		return LayerUsage{}, err
-	}
-	l := LayerUsage{Mountpoint: mountpoint, UsedBytes: b, InodesUsed: n}
-	l.TotalBytes, l.TotalInodes, l.FreeInodes, err = stats.FSInfo(dir)
-	return l, err
-}

@@ -1,4 +1,5 @@
-package systemd
+// Package systemdtest is an in-memory systemd for unit tests.
+package systemdtest
 
 import (
 	"context"
@@ -8,10 +9,11 @@ import (
 	"sync"
 
 	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/systemd"
 )
 
-// FakeUnit is a unit as the Fake keeps it.
-type FakeUnit struct {
+// Unit is a unit as the Fake keeps it.
+type Unit struct {
 	Name        string
 	Props       map[string]any // as given, godbus Variant values unwrapped
 	ActiveState string         // "active", "inactive", "failed"
@@ -22,17 +24,17 @@ type FakeUnit struct {
 // set, decide a job's result (and may mutate the unit, e.g. mark it failed).
 type Fake struct {
 	mu        sync.Mutex
-	Units     map[string]*FakeUnit
+	Units     map[string]*Unit
 	Calls     []string
-	StartFunc func(u *FakeUnit) JobResult
-	StopFunc  func(u *FakeUnit) JobResult
+	StartFunc func(u *Unit) systemd.JobResult
+	StopFunc  func(u *Unit) systemd.JobResult
 	Down      bool // every call fails with ErrUnavailable
 }
 
-var _ Conn = (*Fake)(nil)
+var _ systemd.Conn = (*Fake)(nil)
 
-// NewFake returns an empty fake systemd.
-func NewFake() *Fake { return &Fake{Units: map[string]*FakeUnit{}} }
+// New returns an empty fake systemd.
+func New() *Fake { return &Fake{Units: map[string]*Unit{}} }
 
 func (f *Fake) record(s string) error {
 	f.Calls = append(f.Calls, s)
@@ -42,7 +44,7 @@ func (f *Fake) record(s string) error {
 	return nil
 }
 
-func (f *Fake) StartTransientUnit(ctx context.Context, name string, props []Property) error {
+func (f *Fake) StartTransientUnit(ctx context.Context, name string, props []systemd.Property) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.record("start " + name); err != nil {
@@ -54,14 +56,14 @@ func (f *Fake) StartTransientUnit(ctx context.Context, name string, props []Prop
 		}
 		delete(f.Units, name) // reset-failed + retry, as the D-Bus adapter does
 	}
-	u := &FakeUnit{Name: name, Props: map[string]any{}, ActiveState: "active"}
+	u := &Unit{Name: name, Props: map[string]any{}, ActiveState: "active"}
 	for _, p := range props {
 		u.Props[p.Name] = p.Value.Value()
 	}
 	f.Units[name] = u
 	if f.StartFunc != nil {
-		if r := f.StartFunc(u); r != JobDone {
-			return &JobError{Unit: name, Job: "start", Result: r}
+		if r := f.StartFunc(u); r != systemd.JobDone {
+			return &systemd.JobError{Unit: name, Job: "start", Result: r}
 		}
 	}
 	return nil
@@ -78,8 +80,8 @@ func (f *Fake) StopUnit(ctx context.Context, name string) error {
 		return nil
 	}
 	if f.StopFunc != nil {
-		if r := f.StopFunc(u); r != JobDone {
-			return &JobError{Unit: name, Job: "stop", Result: r}
+		if r := f.StopFunc(u); r != systemd.JobDone {
+			return &systemd.JobError{Unit: name, Job: "stop", Result: r}
 		}
 	}
 	delete(f.Units, name)
@@ -112,7 +114,7 @@ func (f *Fake) ResetFailedUnit(ctx context.Context, name string) error {
 	return nil
 }
 
-func (f *Fake) SetUnitProperties(ctx context.Context, name string, props ...Property) error {
+func (f *Fake) SetUnitProperties(ctx context.Context, name string, props ...systemd.Property) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.record("set-property " + name); err != nil {
@@ -145,13 +147,13 @@ func (f *Fake) UnitProperties(ctx context.Context, name, iface string) (map[stri
 	return out, nil
 }
 
-func (f *Fake) ListUnits(ctx context.Context, patterns ...string) ([]UnitStatus, error) {
+func (f *Fake) ListUnits(ctx context.Context, patterns ...string) ([]systemd.UnitStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.record("list"); err != nil {
 		return nil, err
 	}
-	var out []UnitStatus
+	var out []systemd.UnitStatus
 	for name, u := range f.Units {
 		match := len(patterns) == 0
 		for _, p := range patterns {
@@ -160,7 +162,7 @@ func (f *Fake) ListUnits(ctx context.Context, patterns ...string) ([]UnitStatus,
 			}
 		}
 		if match {
-			out = append(out, UnitStatus{Name: name, LoadState: "loaded", ActiveState: u.ActiveState})
+			out = append(out, systemd.UnitStatus{Name: name, LoadState: "loaded", ActiveState: u.ActiveState})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
