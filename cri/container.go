@@ -13,7 +13,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	if err != nil {
 		return nil, err
 	}
-	id, err := s.ctrs.Create(ctx, podID, req.GetConfig(), req.GetSandboxConfig())
+	id, err := s.life.CreateContainer(ctx, podID, req.GetConfig(), req.GetSandboxConfig())
 	if err != nil {
 		return nil, err
 	}

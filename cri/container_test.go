@@ -11,8 +11,10 @@ import (
 
 	"github.com/podunit/podunit/container"
 	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/events"
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/oci"
+	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/systemd/systemdtest"
 	"github.com/podunit/podunit/unitprops"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -66,30 +68,39 @@ func (ctrTestRuntime) Exec(ctx context.Context, id string, p oci.ExecProcess) (i
 	return 4, nil
 }
 
-// containerServer is podServer (real sandbox manager, fake network and
-// systemd) plus a container manager on fake images and runtime.
-func containerServer(t *testing.T) *Server {
+// newManagers builds the real sandbox and container managers on fake
+// systemd, network, images and runtime; nothing needs root until a pod
+// runs. hub, if not nil, receives the container events.
+func newManagers(t testing.TB, hub *events.Hub) (*sandbox.Manager, *container.Manager) {
 	t.Helper()
-	s := podServer(t)
 	dir := t.TempDir()
-	m, err := container.New(container.Options{
-		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"), Self: "/podunit",
-		Caps: unitprops.Caps{SystemdVersion: 252},
-	}, container.Deps{
-		Systemd: systemdtest.New(), Images: ctrTestImages{dir: filepath.Join(dir, "rootfs")},
-		Pods: container.SandboxPods(s.pods), Runtimes: map[string]oci.Runtime{"runc": ctrTestRuntime{}},
+	pods, err := sandbox.New(sandbox.Options{
+		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
+		Network: podTestNet{}, Systemd: systemdtest.New(), Handlers: []string{"runc"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.ctrs = m
-	s.pods.SetContainers(m)
-	return s
+	deps := container.Deps{
+		Systemd: systemdtest.New(), Images: ctrTestImages{dir: filepath.Join(dir, "rootfs")},
+		Pods: container.SandboxPods(pods), Runtimes: map[string]oci.Runtime{"runc": ctrTestRuntime{}},
+	}
+	if hub != nil {
+		deps.Events = hub
+	}
+	ctrs, err := container.New(container.Options{
+		StateDir: filepath.Join(dir, "cstate"), RunDir: filepath.Join(dir, "crun"), Self: "/podunit",
+		Caps: unitprops.Caps{SystemdVersion: 252},
+	}, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pods, ctrs
 }
 
 func TestContainerRPCs(t *testing.T) {
 	ctx := context.Background()
-	s := containerServer(t)
+	s := podServer(t)
 	run, err := s.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: testPod("ctr", nil), RuntimeHandler: "runc"})
 	if err != nil {
 		t.Fatal(err)
@@ -146,8 +157,8 @@ func TestContainerRPCs(t *testing.T) {
 	if _, err := s.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id}); err != nil {
 		t.Errorf("stop of a removed container: %v", err)
 	}
-	// StopPodSandbox/RemovePodSandbox reach the containers through the
-	// sandbox manager.
+	// StopPodSandbox/RemovePodSandbox take the containers first (podlife),
+	// and a stopped pod takes no new ones.
 	cr2, err := s.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: cfg})
 	if err != nil {
 		t.Fatal(err)
@@ -161,6 +172,10 @@ func TestContainerRPCs(t *testing.T) {
 	st, _ = s.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: cr2.ContainerId})
 	if st.GetStatus().GetState() != runtimeapi.ContainerState_CONTAINER_EXITED {
 		t.Errorf("after StopPodSandbox: %v", st.GetStatus())
+	}
+	late := &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "late"}, Image: cfg.Image, Command: cfg.Command}
+	if _, err := s.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: late}); !errors.Is(err, errdefs.ErrPrecondition) {
+		t.Errorf("create in a stopped pod: %v", err)
 	}
 	if _, err := s.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod}); err != nil {
 		t.Fatal(err)

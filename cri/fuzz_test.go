@@ -7,45 +7,22 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/podunit/podunit/container"
-	"github.com/podunit/podunit/oci"
-	"github.com/podunit/podunit/sandbox"
-	"github.com/podunit/podunit/systemd/systemdtest"
-	"github.com/podunit/podunit/unitprops"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// fuzzServer is containerServer for a fuzz target: the real sandbox and
+// fuzzServer is podServer for a fuzz target: the real sandbox and
 // container managers on fake systemd, network, images and runtime.
 func fuzzServer(f *testing.F) *Server {
 	if os.Geteuid() != 0 {
 		f.Skip("pod namespaces need root")
 	}
-	dir := f.TempDir()
-	pods, err := sandbox.New(sandbox.Options{
-		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
-		Network: podTestNet{}, Systemd: systemdtest.New(), Handlers: []string{"runc"},
-	})
-	if err != nil {
-		f.Fatal(err)
-	}
-	ctrs, err := container.New(container.Options{
-		StateDir: filepath.Join(dir, "cstate"), RunDir: filepath.Join(dir, "crun"), Self: "/podunit",
-		Caps: unitprops.Caps{SystemdVersion: 252},
-	}, container.Deps{
-		Systemd: systemdtest.New(), Images: ctrTestImages{dir: filepath.Join(dir, "rootfs")},
-		Pods: container.SandboxPods(pods), Runtimes: map[string]oci.Runtime{"runc": ctrTestRuntime{}},
-	})
-	if err != nil {
-		f.Fatal(err)
-	}
-	pods.SetContainers(ctrs)
-	s := &Server{pods: pods, ctrs: ctrs}
+	pods, ctrs := newManagers(f, nil)
+	s := New(Deps{Pods: pods, Containers: ctrs})
 	f.Cleanup(func() {
 		for _, p := range pods.List(context.Background()) {
-			pods.Remove(context.Background(), p.ID)
+			s.life.Remove(context.Background(), p.ID)
 		}
 	})
 	return s

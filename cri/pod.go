@@ -35,7 +35,7 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSand
 	if err != nil {
 		return nil, err
 	}
-	if err := s.pods.Stop(ctx, id); err != nil {
+	if err := s.life.Stop(ctx, id); err != nil {
 		return nil, err
 	}
 	return &runtimeapi.StopPodSandboxResponse{}, nil
@@ -50,7 +50,7 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePod
 	if err != nil {
 		return nil, err
 	}
-	if err := s.pods.Remove(ctx, id); err != nil {
+	if err := s.life.Remove(ctx, id); err != nil {
 		return nil, err
 	}
 	return &runtimeapi.RemovePodSandboxResponse{}, nil

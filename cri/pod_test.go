@@ -5,14 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/network"
 	"github.com/podunit/podunit/sandbox"
-	"github.com/podunit/podunit/systemd/systemdtest"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -24,23 +22,17 @@ func (podTestNet) Setup(ctx context.Context, r *network.Request) (*network.Resul
 func (podTestNet) Teardown(ctx context.Context, r *network.Request) error { return nil }
 func (podTestNet) Ready(ctx context.Context) error                        { return nil }
 
+// podServer is the CRI server over the real managers (newManagers).
 func podServer(t *testing.T) *Server {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("pod namespaces need root")
 	}
-	dir := t.TempDir()
-	m, err := sandbox.New(sandbox.Options{
-		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
-		Network: podTestNet{}, Systemd: systemdtest.New(), Handlers: []string{"runc"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &Server{pods: m}
+	pods, ctrs := newManagers(t, nil)
+	s := New(Deps{Pods: pods, Containers: ctrs})
 	t.Cleanup(func() {
-		for _, p := range m.List(context.Background()) {
-			m.Remove(context.Background(), p.ID)
+		for _, p := range pods.List(context.Background()) {
+			s.life.Remove(context.Background(), p.ID)
 		}
 	})
 	return s

@@ -11,6 +11,7 @@ import (
 	"github.com/podunit/podunit/container"
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/logs"
+	"github.com/podunit/podunit/podlife"
 	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/streaming"
 	"github.com/podunit/podunit/systemd"
@@ -48,11 +49,14 @@ type Server struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
 	runtimeapi.UnimplementedImageServiceServer
 
-	cfg     *config.Config
-	sd      systemd.Conn
-	images  *imagestore.Store
-	pods    *sandbox.Manager
-	ctrs    *container.Manager
+	cfg    *config.Config
+	sd     systemd.Conn
+	images *imagestore.Store
+	pods   *sandbox.Manager
+	ctrs   *container.Manager
+	// life stops and removes pods and creates containers: what spans
+	// both managers goes through it, never through pods or ctrs alone.
+	life    *podlife.Pods
 	logs    *logs.Manager
 	stream  *streaming.Server
 	stats   StatsDeps
@@ -64,6 +68,7 @@ type Server struct {
 // New builds the server from its dependencies.
 func New(d Deps) *Server {
 	s := &Server{cfg: d.Config, sd: d.Systemd, images: d.Images, pods: d.Pods, ctrs: d.Containers, logs: d.Logs, stream: d.Stream, stats: d.Stats, version: d.Version, log: d.Logger, network: d.Network}
+	s.life = podlife.New(s.pods, s.ctrs)
 	if s.log == nil {
 		s.log = slog.Default()
 	}

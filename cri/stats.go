@@ -16,10 +16,6 @@ import (
 type StatsDeps struct {
 	Collector *cristats.Collector
 	Hub       *events.Hub
-	// PodStatus and ContainerStatuses attach the pod's state to each
-	// container event, as the kubelet's evented PLEG expects.
-	PodStatus         func(ctx context.Context, podID string) (*runtimeapi.PodSandboxStatus, error)
-	ContainerStatuses func(ctx context.Context, podID string) ([]*runtimeapi.ContainerStatus, error)
 }
 
 var errStatsNotWired = fmt.Errorf("stats are not configured in this podunit: %w", errdefs.ErrUnavailable)
@@ -126,7 +122,8 @@ func (s *Server) GetContainerEvents(req *runtimeapi.GetEventsRequest, stream run
 	}
 }
 
-// eventResponse attaches the pod's current status. A pod or container
+// eventResponse attaches the pod's current status and its containers'
+// statuses, as the kubelet's evented PLEG expects. A pod or container
 // already gone (DELETED after RemovePodSandbox) still yields the event,
 // without the parts that no longer exist.
 func (s *Server) eventResponse(ctx context.Context, ev events.Event) *runtimeapi.ContainerEventResponse {
@@ -136,19 +133,28 @@ func (s *Server) eventResponse(ctx context.Context, ev events.Event) *runtimeapi
 	if ev.PodSandboxID == "" {
 		return resp
 	}
-	if s.stats.PodStatus != nil {
-		ps, err := s.stats.PodStatus(ctx, ev.PodSandboxID)
-		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			s.log.Debug("container event: pod status", "pod", ev.PodSandboxID, "err", err)
-		}
-		resp.PodSandboxStatus = ps
+	if sb, err := s.pods.Get(ctx, ev.PodSandboxID); err == nil {
+		resp.PodSandboxStatus = podStatus(sb)
+	} else if !errors.Is(err, errdefs.ErrNotFound) {
+		s.log.Debug("container event: pod status", "pod", ev.PodSandboxID, "err", err)
 	}
-	if s.stats.ContainerStatuses != nil {
-		cs, err := s.stats.ContainerStatuses(ctx, ev.PodSandboxID)
-		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			s.log.Debug("container event: container statuses", "pod", ev.PodSandboxID, "err", err)
-		}
-		resp.ContainersStatuses = cs
-	}
+	resp.ContainersStatuses = s.podContainerStatuses(ctx, ev.PodSandboxID)
 	return resp
+}
+
+// podContainerStatuses are the statuses of the pod's containers; one
+// removed since the listing is left out.
+func (s *Server) podContainerStatuses(ctx context.Context, podID string) []*runtimeapi.ContainerStatus {
+	var out []*runtimeapi.ContainerStatus
+	for _, id := range s.ctrs.PodContainers(podID) {
+		st, _, err := s.ctrs.Status(ctx, id, false)
+		if err != nil {
+			if !errors.Is(err, errdefs.ErrNotFound) {
+				s.log.Debug("container event: container status", "container", id, "err", err)
+			}
+			continue
+		}
+		out = append(out, st)
+	}
+	return out
 }

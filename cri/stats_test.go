@@ -3,11 +3,11 @@ package cri
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/podunit/podunit/config"
-	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/events"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -34,29 +34,21 @@ func (e *eventStream) Send(r *runtimeapi.ContainerEventResponse) error {
 	return nil
 }
 
-func statsServer(hub *events.Hub) *Server {
+// statsServer is the CRI server over the real managers (newManagers),
+// publishing container events to hub.
+func statsServer(t *testing.T, hub *events.Hub) *Server {
 	cfg := config.Default()
-	return New(Deps{Config: &cfg, Stats: StatsDeps{
-		Hub: hub,
-		PodStatus: func(_ context.Context, id string) (*runtimeapi.PodSandboxStatus, error) {
-			if id == "gone" {
-				return nil, errdefs.ErrNotFound
-			}
-			return &runtimeapi.PodSandboxStatus{Id: id, State: runtimeapi.PodSandboxState_SANDBOX_READY}, nil
-		},
-		ContainerStatuses: func(_ context.Context, id string) ([]*runtimeapi.ContainerStatus, error) {
-			if id == "gone" {
-				return nil, errdefs.ErrNotFound
-			}
-			return []*runtimeapi.ContainerStatus{{Id: "c1", State: runtimeapi.ContainerState_CONTAINER_RUNNING}}, nil
-		},
-	}})
+	pods, ctrs := newManagers(t, hub)
+	return New(Deps{Config: &cfg, Pods: pods, Containers: ctrs, Stats: StatsDeps{Hub: hub}})
 }
 
 func TestGetContainerEventsStreamsWithStatuses(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("pod namespaces need root")
+	}
 	hub := events.NewHub(events.HubOptions{})
 	hub.Subscribe().Close() // no restart backlog in this test
-	s := statsServer(hub)
+	s := statsServer(t, hub)
 	ctx, cancel := context.WithCancel(context.Background())
 	st := &eventStream{ctx: ctx, sent: make(chan *runtimeapi.ContainerEventResponse, 10)}
 	done := make(chan error, 1)
@@ -64,11 +56,22 @@ func TestGetContainerEventsStreamsWithStatuses(t *testing.T) {
 	for hub.Subscribers() == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	hub.Publish(events.NewEvent(runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT, "c1", "p1"))
+	pod, err := s.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: testPod("ev", nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.life.Remove(context.Background(), pod.PodSandboxId) })
+	cr, err := s.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod.PodSandboxId, Config: &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "c"}, Image: &runtimeapi.ImageSpec{Image: "busybox"}, Command: []string{"sh"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	hub.Publish(events.NewEvent(runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT, "c9", "gone"))
 	r := <-st.sent
-	if r.ContainerId != "c1" || r.ContainerEventType != runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT ||
-		r.PodSandboxStatus.GetId() != "p1" || len(r.ContainersStatuses) != 1 || r.CreatedAt == 0 {
+	if r.ContainerId != cr.ContainerId || r.ContainerEventType != runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT ||
+		r.PodSandboxStatus.GetId() != pod.PodSandboxId || r.PodSandboxStatus.GetState() != runtimeapi.PodSandboxState_SANDBOX_READY ||
+		len(r.ContainersStatuses) != 1 || r.ContainersStatuses[0].GetId() != cr.ContainerId || r.CreatedAt == 0 {
 		t.Fatalf("first event %v", r)
 	}
 	r = <-st.sent
@@ -87,7 +90,7 @@ func TestGetContainerEventsStreamsWithStatuses(t *testing.T) {
 func TestGetContainerEventsDropsStuckClient(t *testing.T) {
 	hub := events.NewHub(events.HubOptions{Buffer: 4})
 	hub.Subscribe().Close()
-	s := statsServer(hub)
+	s := statsServer(t, hub)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	st := &eventStream{ctx: ctx, block: true}

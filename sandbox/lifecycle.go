@@ -35,7 +35,8 @@ func (m *Manager) lookup(id string) *entry {
 	return e
 }
 
-// Stop stops the pod's containers, its init and its network. A pod that
+// Stop stops the pod's init and its network. The pod's containers must
+// be stopped first (package podlife does both, in that order). A pod that
 // does not exist or is already stopped is fine: the kubelet retries Stop
 // freely.
 func (m *Manager) Stop(ctx context.Context, id string) error {
@@ -48,11 +49,6 @@ func (m *Manager) Stop(ctx context.Context, id string) error {
 }
 
 func (m *Manager) stopLocked(ctx context.Context, sb *Sandbox) error {
-	if c := m.containers(); c != nil {
-		if err := c.StopPodContainers(ctx, sb.ID); err != nil {
-			return fmt.Errorf("stop containers of pod %s: %w", sb.ID, err)
-		}
-	}
 	if sb.InitUnit != "" {
 		if err := m.opts.Systemd.StopUnit(ctx, sb.InitUnit); err != nil {
 			return fmt.Errorf("stop pod init %s: %w", sb.InitUnit, err)
@@ -80,8 +76,9 @@ func (m *Manager) stopLocked(ctx context.Context, sb *Sandbox) error {
 	return nil
 }
 
-// Remove removes the pod's containers and everything the pod owns: pins,
-// shm, pod files, CNI state, the slice if podunit made it, the record.
+// Remove stops the pod if it is ready and removes everything it owns:
+// pins, shm, pod files, CNI state, the slice if podunit made it, the
+// record. The pod's containers must be gone first (package podlife).
 // Removing a pod that does not exist succeeds.
 func (m *Manager) Remove(ctx context.Context, id string) error {
 	e := m.lookup(id)
@@ -93,11 +90,6 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	if sb.State == StateReady {
 		if err := m.stopLocked(ctx, sb); err != nil {
 			return err
-		}
-	}
-	if c := m.containers(); c != nil {
-		if err := c.RemovePodContainers(ctx, sb.ID); err != nil {
-			return fmt.Errorf("remove containers of pod %s: %w", sb.ID, err)
 		}
 	}
 	if err := m.teardown(ctx, sb); err != nil {

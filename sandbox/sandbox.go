@@ -37,13 +37,6 @@ const (
 	StateNotReady State = "notready"
 )
 
-// Containers is the container manager as the pod manager needs it: a pod
-// stops and removes its containers before its own resources go.
-type Containers interface {
-	StopPodContainers(ctx context.Context, podID string) error
-	RemovePodContainers(ctx context.Context, podID string) error
-}
-
 // Sandbox is a pod as the rest of podunit sees it. Namespace paths are empty
 // when the pod uses the host's namespace (or, for PID, when containers do
 // not share one). Treat it as read-only: Get and List return copies.
@@ -126,10 +119,9 @@ type Options struct {
 	// cgroup_parent; default "podunit.slice".
 	ParentSlice string
 	// Handlers are the runtime handlers besides "" (the default).
-	Handlers   []string
-	Systemd    systemd.Conn
-	Containers Containers
-	Logger     *slog.Logger
+	Handlers []string
+	Systemd  systemd.Conn
+	Logger   *slog.Logger
 	// PodInit is the command of the unit that holds a shared PID
 	// namespace; it must create the namespace and run an init inside.
 	PodInit []string
@@ -163,8 +155,9 @@ type entry struct {
 	mu sync.Mutex // serialises Stop/Remove/Update of one pod
 	sb *Sandbox
 	// snap is the last published state. Get and List read it without
-	// taking mu, so a lookup never waits behind a slow Stop (which calls
-	// the container manager, which may look the pod up).
+	// taking mu: a Stop or Remove holds mu across CNI DEL and systemd
+	// jobs (seconds each at worst), and the kubelet's relist, pod status
+	// and every container create look pods up meanwhile.
 	snap atomic.Pointer[Sandbox]
 }
 
@@ -219,21 +212,6 @@ func New(opts Options) (*Manager, error) {
 		m.net = network.NewCNI(network.Options{ConfDir: opts.CNIConfDir, BinDirs: opts.CNIBinDirs, CacheDir: opts.CNICacheDir})
 	}
 	return m, nil
-}
-
-// SetContainers wires the container manager in after construction: the
-// two managers need each other (containers look pods up, pods stop their
-// containers). Call it before serving.
-func (m *Manager) SetContainers(c Containers) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.opts.Containers = c
-}
-
-func (m *Manager) containers() Containers {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.opts.Containers
 }
 
 // NetworkReady reports whether pods can get a network (for Status).

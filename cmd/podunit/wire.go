@@ -151,7 +151,6 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 		return nil, fmt.Errorf("container manager: %w", err)
 	}
 	s.ctrs = ctrs
-	pods.SetContainers(ctrs) // the two managers need each other
 
 	// Pods first (containers look their pod up), then containers, then the
 	// log follower, which resumes every container registered before.

@@ -21,7 +21,6 @@ import (
 	"github.com/podunit/podunit/streaming"
 	"github.com/podunit/podunit/systemd"
 	"github.com/prometheus/client_golang/prometheus"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // podNetNS adapts the pod manager to the streaming server's Pods.
@@ -111,26 +110,7 @@ func statsDeps(s *services, reader *stats.Reader, hub *events.Hub, storageRoot s
 			return l, nil
 		},
 	})
-	return cri.StatsDeps{
-		Collector: collector,
-		Hub:       hub,
-		PodStatus: func(ctx context.Context, podID string) (*runtimeapi.PodSandboxStatus, error) {
-			resp, err := s.cri.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: podID})
-			if err != nil {
-				return nil, err
-			}
-			return resp.GetStatus(), nil
-		},
-		ContainerStatuses: func(ctx context.Context, podID string) ([]*runtimeapi.ContainerStatus, error) {
-			var out []*runtimeapi.ContainerStatus
-			for _, id := range s.ctrs.PodContainers(podID) {
-				if st, _, err := s.ctrs.Status(ctx, id, false); err == nil {
-					out = append(out, st)
-				}
-			}
-			return out, nil
-		},
-	}
+	return cri.StatsDeps{Collector: collector, Hub: hub}
 }
 
 // startMetrics serves Prometheus metrics (and pprof) when configured.
