@@ -69,7 +69,7 @@ func (m *Manager) ExecSync(ctx context.Context, id string, cmd []string, timeout
 
 // running returns a container's record and runtime if it is running now.
 func (m *Manager) running(ctx context.Context, id string) (*record, Runtime, error) {
-	c, err := m.lookup(id)
+	c, err := m.get(id)
 	if err != nil {
 		return nil, nil, err
 	}

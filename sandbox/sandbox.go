@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/idindex"
 	"github.com/podunit/podunit/network"
 	"github.com/podunit/podunit/podfiles"
 	"github.com/podunit/podunit/statefile"
@@ -271,26 +272,12 @@ func (m *Manager) List(ctx context.Context) []*Sandbox {
 	return out
 }
 
-// Resolve turns a full ID or a unique ID prefix into the full ID.
-func (m *Manager) Resolve(prefix string) (string, error) {
+// Resolve turns a request's pod ID (the full ID or a unique prefix, see
+// package idindex) into the full ID.
+func (m *Manager) Resolve(ref string) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.pods[prefix]; ok {
-		return prefix, nil
-	}
-	var found string
-	for id := range m.pods {
-		if len(prefix) > 0 && len(id) >= len(prefix) && id[:len(prefix)] == prefix {
-			if found != "" {
-				return "", fmt.Errorf("pod sandbox prefix %q is ambiguous: %w", prefix, errdefs.ErrInvalid)
-			}
-			found = id
-		}
-	}
-	if found == "" {
-		return "", fmt.Errorf("pod sandbox %q: %w", prefix, errdefs.ErrNotFound)
-	}
-	return found, nil
+	return idindex.Resolve("pod sandbox", ref, m.pods)
 }
 
 func newID() string {
