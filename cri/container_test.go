@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/container"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/imagestore"
@@ -71,7 +72,7 @@ func containerServer(t *testing.T) *Server {
 	dir := t.TempDir()
 	m, err := container.New(container.Options{
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"), Self: "/podunit",
-		Caps: unitprops.Caps{SystemdVersion: 252},
+		Caps: unitprops.Caps{SystemdVersion: 252}, DefaultHandler: config.Default().Runtime.DefaultHandler,
 	}, container.Deps{
 		Systemd: systemd.NewFake(), Images: ctrTestImages{dir: filepath.Join(dir, "rootfs")},
 		Pods: container.SandboxPods(s.pods), Runtimes: map[string]container.Runtime{"runc": ctrTestRuntime{}},

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/container"
 	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/systemd"
@@ -26,13 +27,14 @@ func fuzzServer(f *testing.F) *Server {
 	pods, err := sandbox.New(sandbox.Options{
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
 		Network: podTestNet{}, Systemd: systemd.NewFake(), Handlers: []string{"runc"},
+		ParentSlice: config.Default().Systemd.ParentSlice, OpTimeout: config.Default().Systemd.CallTimeout.D(),
 	})
 	if err != nil {
 		f.Fatal(err)
 	}
 	ctrs, err := container.New(container.Options{
 		StateDir: filepath.Join(dir, "cstate"), RunDir: filepath.Join(dir, "crun"), Self: "/podunit",
-		Caps: unitprops.Caps{SystemdVersion: 252},
+		Caps: unitprops.Caps{SystemdVersion: 252}, DefaultHandler: config.Default().Runtime.DefaultHandler,
 	}, container.Deps{
 		Systemd: systemd.NewFake(), Images: ctrTestImages{dir: filepath.Join(dir, "rootfs")},
 		Pods: container.SandboxPods(pods), Runtimes: map[string]container.Runtime{"runc": ctrTestRuntime{}},

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/network"
 	"github.com/podunit/podunit/sandbox"
@@ -33,6 +34,7 @@ func podServer(t *testing.T) *Server {
 	m, err := sandbox.New(sandbox.Options{
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
 		Network: podTestNet{}, Systemd: systemd.NewFake(), Handlers: []string{"runc"},
+		ParentSlice: config.Default().Systemd.ParentSlice, OpTimeout: config.Default().Systemd.CallTimeout.D(),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -124,7 +124,7 @@ type Options struct {
 	CNIBinDirs  []string
 	CNICacheDir string
 	// ParentSlice holds the slices podunit creates for pods without a
-	// cgroup_parent; default "podunit.slice".
+	// cgroup_parent (systemd.parent_slice).
 	ParentSlice string
 	// Handlers are the runtime handlers besides "" (the default).
 	Handlers   []string
@@ -142,7 +142,7 @@ type Options struct {
 	// ShmSize is the size of each pod's /dev/shm tmpfs; default 64 MiB.
 	ShmSize int64
 	// OpTimeout bounds each cleanup step run after the caller's context
-	// is gone (rollback); default 30s.
+	// is gone (rollback): systemd.call_timeout, the bound of each step.
 	OpTimeout time.Duration
 }
 
@@ -191,9 +191,6 @@ func New(opts Options) (*Manager, error) {
 	if opts.Systemd == nil {
 		return nil, fmt.Errorf("sandbox: systemd connection is required: %w", errdefs.ErrInvalid)
 	}
-	if opts.ParentSlice == "" {
-		opts.ParentSlice = "podunit.slice"
-	}
 	if _, err := systemd.SliceName(opts.ParentSlice); err != nil {
 		return nil, fmt.Errorf("sandbox: parent slice: %w", err)
 	}
@@ -213,7 +210,10 @@ func New(opts Options) (*Manager, error) {
 		opts.ShmSize = defaultShmBytes
 	}
 	if opts.OpTimeout <= 0 {
-		opts.OpTimeout = 30 * time.Second
+		return nil, fmt.Errorf("sandbox: cleanup timeout is required: %w", errdefs.ErrInvalid)
+	}
+	if opts.Network == nil && opts.CNIConfDir == "" {
+		return nil, fmt.Errorf("sandbox: a network plugin or a CNI configuration directory is required: %w", errdefs.ErrInvalid)
 	}
 	m := &Manager{opts: opts, log: opts.Logger, net: opts.Network, pods: map[string]*entry{}, names: map[string]string{}}
 	if m.net == nil {
