@@ -137,8 +137,9 @@ func newInside(t *testing.T) *inside {
 		Caps: unitprops.Caps{SystemdVersion: 252, CgroupV2: err == nil}, Host: host,
 		DefaultHandler: config.Default().Runtime.DefaultHandler,
 	}
-	rt := oci.NewRunc(oci.CLIConfig{Binary: "/usr/sbin/runc", Root: runcRoot})
-	crun := oci.NewCrun(oci.CLIConfig{Binary: "/usr/bin/crun", Root: crunRoot})
+	execDir := filepath.Join(d.Paths.RunDir, "exec") // as cmd/podunit wires it
+	rt := oci.NewRunc(oci.CLIConfig{Binary: "/usr/sbin/runc", Root: runcRoot, ExecDir: execDir})
+	crun := oci.NewCrun(oci.CLIConfig{Binary: "/usr/bin/crun", Root: crunRoot, ExecDir: execDir})
 	// The real CRI log writer (package logs), following this harness'
 	// journal, so the test sees the files `kubectl logs` reads.
 	os.RemoveAll(filepath.Join(itestDir, "logstate"))
