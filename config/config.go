@@ -168,8 +168,8 @@ func (c *Config) Validate() error {
 	default:
 		bad("image.storage_driver", "must be overlay or vfs, got %q", c.Image.StorageDriver)
 	}
-	abs("image.registries_conf", c.Image.RegistriesConf, true)
-	abs("image.policy_path", c.Image.PolicyPath, true)
+	abs("image.registries_conf", c.Image.RegistriesConf, false)
+	abs("image.policy_path", c.Image.PolicyPath, false)
 	abs("image.auth_file", c.Image.AuthFile, true)
 	if c.Image.PullProgressTimeout <= 0 {
 		bad("image.pull_progress_timeout", "must be positive")
@@ -193,6 +193,9 @@ func (c *Config) Validate() error {
 		}
 		abs(key+".path", h.Path, false)
 		abs(key+".root", h.Root, false)
+	}
+	if c.Streaming.Address == "" {
+		bad("streaming.address", "must be host:port")
 	}
 	if (c.Streaming.TLSCert == "") != (c.Streaming.TLSKey == "") {
 		bad("streaming.tls_cert", "tls_cert and tls_key go together")

@@ -2,8 +2,10 @@ package container
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
+	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/events"
 	"github.com/podunit/podunit/stats/cristats"
 	"github.com/podunit/podunit/streaming"
@@ -70,9 +72,13 @@ func (m *Manager) Running(ctx context.Context) ([]events.Ref, error) {
 // CRI calls can make too), so it never asks the translator to: first is
 // always false.
 func (m *Manager) UnitStopped(ctx context.Context, id string, st systemd.UnitState) (bool, error) {
-	c, err := m.get(id)
-	if err != nil {
-		return false, err
+	// The ID comes from a unit's name, not a request: no prefix matching,
+	// a stray unit must not stand for another container.
+	m.mu.RLock()
+	c, ok := m.ctrs[id]
+	m.mu.RUnlock()
+	if !ok {
+		return false, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

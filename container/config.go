@@ -68,6 +68,9 @@ func RuntimesFromConfig(handlers map[string]config.Handler, execDir string) (map
 	out := map[string]oci.Runtime{}
 	for _, name := range names {
 		h := handlers[name]
+		if h.Path == "" || h.Root == "" || execDir == "" {
+			return nil, fmt.Errorf("runtime handler %q: path, root and exec dir are required: %w", name, errdefs.ErrInvalid)
+		}
 		c := oci.CLIConfig{Name: name, Binary: h.Path, Root: h.Root, ExecDir: execDir}
 		switch h.Type {
 		case "runc", "":

@@ -81,7 +81,8 @@ type Options struct {
 	// container output from pipes to journald; empty relays from inside
 	// each unit instead (cut output is possible when a container exits).
 	LogRelaySocket string
-	// DefaultHandler is used when the pod names no runtime handler.
+	// DefaultHandler is used when the pod names no runtime handler
+	// (runtime.default_handler); it must be one of Deps.Runtimes.
 	DefaultHandler string
 	// Caps describes systemd and cgroups for the unit properties.
 	Caps unitprops.Caps
@@ -135,9 +136,6 @@ func (o *Options) defaults() {
 	}
 	if o.CgroupRoot == "" {
 		o.CgroupRoot = "/sys/fs/cgroup"
-	}
-	if o.DefaultHandler == "" {
-		o.DefaultHandler = "runc"
 	}
 	if o.LogFlushTimeout <= 0 {
 		o.LogFlushTimeout = 5 * time.Second

@@ -83,7 +83,7 @@ func execProcess(ctr *specs.Process, cmd []string) specs.Process {
 
 // running returns a container's record and runtime if it is running now.
 func (m *Manager) running(ctx context.Context, id string) (*record, oci.Runtime, error) {
-	c, err := m.lookup(id)
+	c, err := m.get(id)
 	if err != nil {
 		return nil, nil, err
 	}

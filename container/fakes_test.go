@@ -12,6 +12,7 @@ import (
 
 	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/exitrec"
 	"github.com/podunit/podunit/imagestore"
@@ -244,6 +245,7 @@ func newEnv(t *testing.T) *env {
 	e.opts = Options{
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"), Self: "/usr/bin/podunit",
 		Caps: unitprops.Caps{SystemdVersion: 252}, StopMargin: time.Second,
+		DefaultHandler: config.Default().Runtime.DefaultHandler,
 	}
 	e.deps = Deps{Systemd: e.sd, Images: e.imgs, Pods: fakePods{logDir: e.logDir}, Runtimes: map[string]oci.Runtime{"runc": e.rt}, Logs: e.logs}
 	e.sd.StopFunc = func(u *systemdtest.Unit) systemd.JobResult {

@@ -1,7 +1,6 @@
 package container
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io/fs"
@@ -11,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/podunit/podunit/oci"
+	"github.com/podunit/podunit/procstat"
 )
 
 // Local answers that spare a D-Bus round trip (or a runtime fork) when
@@ -23,46 +23,6 @@ type initProc struct {
 	pid   int
 	start uint64 // /proc/<pid>/stat field 22, clock ticks since boot
 }
-
-// procState is what /proc/<pid>/stat says about one process.
-type procState struct {
-	state byte // R, S, D, Z, X, ...
-	start uint64
-}
-
-// readProcStat reads the state and start time of pid under procRoot.
-func readProcStat(procRoot string, pid int) (procState, error) {
-	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return procState{}, err
-	}
-	return parseProcStat(b)
-}
-
-var errProcStat = errors.New("malformed /proc/<pid>/stat")
-
-// parseProcStat parses "pid (comm) state ppid ... starttime ...". comm may
-// hold spaces and parentheses, so the fields start after the last ')'.
-func parseProcStat(b []byte) (procState, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return procState{}, errProcStat
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state), so field 22 (starttime) is f[19].
-	if len(f) < 20 || len(f[0]) != 1 {
-		return procState{}, errProcStat
-	}
-	start, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		return procState{}, errProcStat
-	}
-	return procState{state: f[0][0], start: start}, nil
-}
-
-// live reports whether the process can still be the container's init: a
-// zombie has exited, whatever its parent has not collected yet.
-func (p procState) live() bool { return p.state != 'Z' && p.state != 'X' && p.state != 'x' }
 
 // captureInit learns the init of r's running unit: the PID the runtime
 // wrote to the unit's PIDFile, taken only if that process lives in the
@@ -80,8 +40,8 @@ func (m *Manager) captureInit(c *ctr) {
 	if err != nil || pid <= 0 {
 		return
 	}
-	st, err := readProcStat(m.procRoot, pid)
-	if err != nil || !st.live() {
+	st, err := procstat.Read(m.procRoot, pid)
+	if err != nil || st.Exited() {
 		return
 	}
 	cg, err := os.ReadFile(filepath.Join(m.procRoot, strconv.Itoa(pid), "cgroup"))
@@ -90,10 +50,10 @@ func (m *Manager) captureInit(c *ctr) {
 	}
 	// Read the start time again: the cgroup file must describe the same
 	// process the first read saw.
-	if again, err := readProcStat(m.procRoot, pid); err != nil || again != st {
+	if again, err := procstat.Read(m.procRoot, pid); err != nil || again.State != st.State || again.Start != st.Start {
 		return
 	}
-	c.init = initProc{pid: pid, start: st.start}
+	c.init = initProc{pid: pid, start: st.Start}
 }
 
 // inContainerCgroup reports whether a /proc/<pid>/cgroup listing puts the
@@ -123,8 +83,8 @@ func (m *Manager) initRunning(c *ctr) bool {
 	if _, err := os.Lstat(m.exitFile(r.ID)); !errors.Is(err, fs.ErrNotExist) {
 		return false
 	}
-	st, err := readProcStat(m.procRoot, c.init.pid)
-	return err == nil && st.live() && st.start == c.init.start
+	st, err := procstat.Read(m.procRoot, c.init.pid)
+	return err == nil && !st.Exited() && st.Start == c.init.start
 }
 
 // refreshStatusLocked is refreshLocked for a status read: a container

@@ -333,28 +333,6 @@ func TestRuntimeStateGone(t *testing.T) {
 	}
 }
 
-func TestParseProcStat(t *testing.T) {
-	for in, want := range map[string]procState{
-		"1 (init) S 0 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 42 100 10":             {'S', 42},
-		"7 (a) b) (c) R 1 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 99 100 10":         {'R', 99},
-		"8 (x y) Z 1 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 18446744073709551615 1": {'Z', 18446744073709551615},
-	} {
-		got, err := parseProcStat([]byte(in))
-		if err != nil || got != want {
-			t.Errorf("%q: %+v %v, want %+v", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"", "1 (x", "1 (x) S 1 2", "1 (x) SS 1 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 42", "1 (x) S 1 1 1 0 -1 4194560 1 2 3 4 5 6 7 8 20 0 1 0 -4"} {
-		if _, err := parseProcStat([]byte(bad)); err == nil {
-			t.Errorf("%q parsed", bad)
-		}
-	}
-	self, err := readProcStat("/proc", os.Getpid())
-	if err != nil || !self.live() || self.start == 0 {
-		t.Errorf("own /proc stat: %+v %v", self, err)
-	}
-}
-
 func TestInContainerCgroup(t *testing.T) {
 	unit := unitName("ab12")
 	for listing, want := range map[string]bool{

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/logrelay"
 	"github.com/podunit/podunit/logs"
@@ -106,7 +107,12 @@ func newInside(t *testing.T) *inside {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ie := &inside{sd: systemd.New(systemd.Options{}), logDir: filepath.Join(itestDir, "logs")}
+	d := config.Default()
+	sd, err := systemd.New(systemd.Options{CallTimeout: d.Systemd.CallTimeout.D(), MaxParallelJobs: d.Systemd.MaxParallelJobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ie := &inside{sd: sd, logDir: filepath.Join(itestDir, "logs")}
 	os.RemoveAll(ie.logDir)
 	t.Cleanup(ie.sd.Close)
 	ie.imgs = newDirImages(t, filepath.Join(itestDir, "rootfs"))
@@ -129,9 +135,11 @@ func newInside(t *testing.T) *inside {
 		LogRelaySocket: relaySock,
 		StateDir:       filepath.Join(itestDir, "containers"), RunDir: "/run/podunit/containers", Self: self,
 		Caps: unitprops.Caps{SystemdVersion: 252, CgroupV2: err == nil}, Host: host,
+		DefaultHandler: config.Default().Runtime.DefaultHandler,
 	}
-	rt := oci.NewRunc(oci.CLIConfig{Binary: "/usr/sbin/runc", Root: runcRoot})
-	crun := oci.NewCrun(oci.CLIConfig{Binary: "/usr/bin/crun", Root: crunRoot})
+	execDir := filepath.Join(d.Paths.RunDir, "exec") // as cmd/podunit wires it
+	rt := oci.NewRunc(oci.CLIConfig{Binary: "/usr/sbin/runc", Root: runcRoot, ExecDir: execDir})
+	crun := oci.NewCrun(oci.CLIConfig{Binary: "/usr/bin/crun", Root: crunRoot, ExecDir: execDir})
 	// The real CRI log writer (package logs), following this harness'
 	// journal, so the test sees the files `kubectl logs` reads.
 	os.RemoveAll(filepath.Join(itestDir, "logstate"))

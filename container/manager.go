@@ -13,6 +13,7 @@ import (
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/idindex"
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/statefile"
@@ -96,17 +97,16 @@ func (m *Manager) release(key, id string) {
 	}
 }
 
-func (m *Manager) get(id string) (*ctr, error) {
-	if id == "" {
-		return nil, fmt.Errorf("empty container id: %w", errdefs.ErrInvalid)
-	}
+// get finds the container a request names: its full ID or a unique prefix
+// (package idindex), on every RPC alike.
+func (m *Manager) get(ref string) (*ctr, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	c, ok := m.ctrs[id]
-	if !ok {
-		return nil, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
+	id, err := idindex.Resolve("container", ref, m.ctrs)
+	if err != nil {
+		return nil, err
 	}
-	return c, nil
+	return m.ctrs[id], nil
 }
 
 func (m *Manager) runtime(handler string) (oci.Runtime, error) {

@@ -476,6 +476,10 @@ func TestListFilters(t *testing.T) {
 	if st, _, err := e.m.Status(ctx, a[:10], true); err != nil || st.Id != a {
 		t.Errorf("status by prefix: %v %v", st, err)
 	}
+	// Unit events name containers by their units: never by prefix.
+	if _, err := e.m.UnitStopped(ctx, a[:10], systemd.UnitState{}); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("unit event by prefix: %v", err)
+	}
 }
 
 func TestVerboseStatus(t *testing.T) {

@@ -25,7 +25,7 @@ func (m *Manager) UpdateResources(ctx context.Context, id string, res *runtimeap
 	if res == nil {
 		return nil
 	}
-	c, err := m.lookup(id)
+	c, err := m.get(id)
 	if err != nil {
 		return err
 	}

@@ -85,7 +85,7 @@ func (r *record) criContainer() *runtimeapi.Container {
 // systemd (fastpath.go); the verbose form asks systemd once, for all of
 // the unit's properties, and resolves the state from the same answer.
 func (m *Manager) Status(ctx context.Context, id string, verbose bool) (*runtimeapi.ContainerStatus, map[string]string, error) {
-	c, err := m.lookup(id)
+	c, err := m.get(id)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -147,28 +147,6 @@ func (m *Manager) refreshVerboseLocked(ctx context.Context, c *ctr) map[string]a
 	}
 	m.settleLocked(ctx, c, state, p)
 	return p
-}
-
-// lookup accepts a full ID or a unique prefix of one, like crictl.
-func (m *Manager) lookup(id string) (*ctr, error) {
-	if c, err := m.get(id); err == nil || id == "" {
-		return c, err
-	}
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	var found *ctr
-	for full, c := range m.ctrs {
-		if strings.HasPrefix(full, id) {
-			if found != nil {
-				return nil, fmt.Errorf("container id prefix %q is ambiguous: %w", id, errdefs.ErrInvalid)
-			}
-			found = c
-		}
-	}
-	if found == nil {
-		return nil, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
-	}
-	return found, nil
 }
 
 // snapshot returns the current containers, refreshing running ones whose

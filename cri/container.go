@@ -9,7 +9,7 @@ import (
 )
 
 func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
-	podID, err := s.resolvePod(req.GetPodSandboxId())
+	podID, err := s.podID(req.GetPodSandboxId())
 	if err != nil {
 		return nil, err
 	}
@@ -80,12 +80,4 @@ func (s *Server) ReopenContainerLog(ctx context.Context, req *runtimeapi.ReopenC
 		return nil, err
 	}
 	return &runtimeapi.ReopenContainerLogResponse{}, nil
-}
-
-// resolvePod accepts a full pod ID or a unique prefix, as crictl sends.
-func (s *Server) resolvePod(id string) (string, error) {
-	if id == "" {
-		return "", fmt.Errorf("pod sandbox id: %w", errdefs.ErrInvalid)
-	}
-	return s.pods.Resolve(id)
 }

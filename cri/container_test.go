@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/container"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/events"
@@ -77,6 +78,7 @@ func newManagers(t testing.TB, hub *events.Hub) (*sandbox.Manager, *container.Ma
 	pods, err := sandbox.New(sandbox.Options{
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
 		Network: podTestNet{}, Systemd: systemdtest.New(), Handlers: []string{"runc"},
+		ParentSlice: config.Default().Systemd.ParentSlice, OpTimeout: config.Default().Systemd.CallTimeout.D(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +92,7 @@ func newManagers(t testing.TB, hub *events.Hub) (*sandbox.Manager, *container.Ma
 	}
 	ctrs, err := container.New(container.Options{
 		StateDir: filepath.Join(dir, "cstate"), RunDir: filepath.Join(dir, "crun"), Self: "/podunit",
-		Caps: unitprops.Caps{SystemdVersion: 252},
+		Caps: unitprops.Caps{SystemdVersion: 252}, DefaultHandler: config.Default().Runtime.DefaultHandler,
 	}, deps)
 	if err != nil {
 		t.Fatal(err)

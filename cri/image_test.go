@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/imagestore"
 )
 
@@ -142,7 +143,10 @@ func newImageServer(t *testing.T) (*Server, string) {
 		RegistriesConf: conf,
 		PolicyPath:     policy,
 		PinnedImages:   []string{addr + "/test/img:v1"},
-		Logger:         slog.New(slog.DiscardHandler),
+		// the shipped defaults
+		PullProgressTimeout: config.Default().Image.PullProgressTimeout.D(),
+		MaxParallelPulls:    config.Default().Image.MaxParallelPulls,
+		Logger:              slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)

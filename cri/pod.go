@@ -110,12 +110,8 @@ func (s *Server) UpdatePodSandboxResources(ctx context.Context, req *runtimeapi.
 	return &runtimeapi.UpdatePodSandboxResourcesResponse{}, nil
 }
 
-func (s *Server) podID(ref string) (string, error) {
-	if ref == "" {
-		return "", fmt.Errorf("pod sandbox id is required: %w", errdefs.ErrInvalid)
-	}
-	return s.pods.Resolve(ref)
-}
+// podID resolves a request's pod reference; see package idindex.
+func (s *Server) podID(ref string) (string, error) { return s.pods.Resolve(ref) }
 
 func podState(st sandbox.State) runtimeapi.PodSandboxState {
 	if st == sandbox.StateReady {

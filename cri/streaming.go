@@ -31,5 +31,9 @@ func (s *Server) PortForward(ctx context.Context, req *runtimeapi.PortForwardReq
 	if s.stream == nil {
 		return nil, fmt.Errorf("port-forward: streaming server not running: %w", errdefs.ErrUnavailable)
 	}
-	return s.stream.PortForward(ctx, req)
+	id, err := s.podID(req.GetPodSandboxId())
+	if err != nil {
+		return nil, fmt.Errorf("port-forward: %w", err)
+	}
+	return s.stream.PortForward(ctx, &runtimeapi.PortForwardRequest{PodSandboxId: id, Port: req.GetPort()})
 }

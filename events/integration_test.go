@@ -12,6 +12,7 @@ import (
 	"time"
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
+	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/events"
 	"github.com/podunit/podunit/systemd"
 	"github.com/podunit/podunit/test/harness"
@@ -72,11 +73,17 @@ func newRig(tb testing.TB) *rig {
 	h := harness.Start(tb, harness.Options{})
 	tb.Setenv("DBUS_SYSTEM_BUS_ADDRESS", h.BusAddress())
 	r := &rig{h: h, ctrs: &units{running: map[string]bool{}, exited: map[string]uint64{}}, hub: events.NewHub(events.HubOptions{Buffer: 4096})}
-	r.sd = systemd.New(systemd.Options{
+	var err error
+	r.sd, err = systemd.New(systemd.Options{
+		CallTimeout:     config.Default().Systemd.CallTimeout.D(),
+		MaxParallelJobs: config.Default().Systemd.MaxParallelJobs,
 		// A connection that outlives the first call (see the report on
 		// the adapter's default dialer).
 		Dial: func(context.Context) (*sd.Conn, error) { return sd.NewSystemConnectionContext(context.Background()) },
 	})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	tb.Cleanup(r.sd.Close)
 	r.sub = r.hub.Subscribe()
 	w := systemd.NewWatcher(systemd.WatchOptions{Match: func(u string) bool { return strings.HasPrefix(u, prefix) }})

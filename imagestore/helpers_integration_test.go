@@ -101,15 +101,12 @@ func newTestEnv(t *testing.T, tweak func(*Options), regs ...registry) *testEnv {
 	if err := os.WriteFile(policy, []byte(`{"default":[{"type":"insecureAcceptAnything"}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o := Options{
-		Root:                filepath.Join(dir, "root"),
-		RunRoot:             filepath.Join(dir, "run"),
-		RegistriesConf:      writeRegistriesConf(t, dir, append(regs, critestRegistries()...)...),
-		PolicyPath:          policy,
-		AuthFile:            filepath.Join(dir, "auth.json"),
-		PullProgressTimeout: 30 * time.Second,
-		Logger:              slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	}
+	o := testOptions(filepath.Join(dir, "root"), filepath.Join(dir, "run"))
+	o.RegistriesConf = writeRegistriesConf(t, dir, append(regs, critestRegistries()...)...)
+	o.PolicyPath = policy
+	o.AuthFile = filepath.Join(dir, "auth.json")
+	o.PullProgressTimeout = 30 * time.Second
+	o.Logger = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if tweak != nil {
 		tweak(&o)
 	}

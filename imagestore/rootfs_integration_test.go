@@ -35,7 +35,7 @@ func mountHelper(spec string) error {
 		return fmt.Errorf("bad helper spec %q", spec)
 	}
 	ctx := context.Background()
-	s, err := New(ctx, Options{Root: f[0], RunRoot: f[1]})
+	s, err := New(ctx, testOptions(f[0], f[1]))
 	if err != nil {
 		return err
 	}

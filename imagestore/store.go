@@ -13,8 +13,12 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/podunit/podunit/errdefs"
 
 	is "go.podman.io/image/v5/storage"
 	"go.podman.io/image/v5/types"
@@ -22,17 +26,8 @@ import (
 	"go.podman.io/storage/pkg/reexec"
 )
 
-// Defaults for Options fields left empty.
-const (
-	DefaultRoot                = "/var/lib/podunit/storage"
-	DefaultRunRoot             = "/run/podunit/storage"
-	DefaultRegistriesConf      = "/etc/containers/registries.conf"
-	DefaultPolicyPath          = "/etc/containers/policy.json"
-	DefaultPullProgressTimeout = 5 * time.Minute
-	DefaultMaxParallelPulls    = 3
-)
-
-// Options configures a Store. Zero values take the defaults above.
+// Options configures a Store. The values come from the [image] table of
+// package config, which holds their defaults; New rejects a missing one.
 type Options struct {
 	// Root holds images and layers; pointing it at /var/lib/containers/storage
 	// shares the images with podman and skopeo.
@@ -83,34 +78,34 @@ type Store struct {
 // which has then done its work and must exit.
 func Reexec() bool { return reexec.Init() }
 
-func (o Options) withDefaults() Options {
-	if o.Root == "" {
-		o.Root = DefaultRoot
-	}
-	if o.RunRoot == "" {
-		o.RunRoot = DefaultRunRoot
-	}
-	if o.RegistriesConf == "" {
-		o.RegistriesConf = DefaultRegistriesConf
-	}
-	if o.PolicyPath == "" {
-		o.PolicyPath = DefaultPolicyPath
+func (o Options) check() error {
+	var missing []string
+	for name, v := range map[string]string{"Root": o.Root, "RunRoot": o.RunRoot, "RegistriesConf": o.RegistriesConf, "PolicyPath": o.PolicyPath} {
+		if v == "" {
+			missing = append(missing, name)
+		}
 	}
 	if o.PullProgressTimeout <= 0 {
-		o.PullProgressTimeout = DefaultPullProgressTimeout
+		missing = append(missing, "PullProgressTimeout")
 	}
 	if o.MaxParallelPulls <= 0 {
-		o.MaxParallelPulls = DefaultMaxParallelPulls
+		missing = append(missing, "MaxParallelPulls")
 	}
-	if o.Logger == nil {
-		o.Logger = slog.Default()
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return fmt.Errorf("image store: options %s are required: %w", strings.Join(missing, ", "), errdefs.ErrInvalid)
 	}
-	return o
+	return nil
 }
 
 // New opens (creating if needed) the store under o.Root and o.RunRoot.
 func New(ctx context.Context, o Options) (*Store, error) {
-	o = o.withDefaults()
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
 	for _, dir := range []string{o.Root, o.RunRoot, filepath.Join(o.Root, tmpDirName)} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("creating storage directory: %w", err)

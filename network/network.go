@@ -68,12 +68,13 @@ type Plugin interface {
 	Ready(ctx context.Context) error
 }
 
-// Options locate the CNI configuration and plugins.
+// Options locate the CNI configuration and plugins: ConfDir and BinDirs
+// are the [cni] table of package config.
 type Options struct {
-	ConfDir  string   // default /etc/cni/net.d
-	BinDirs  []string // default /usr/lib/cni, /opt/cni/bin
-	CacheDir string   // libcni's result cache; default /var/lib/cni
-	IfName   string   // default eth0
+	ConfDir  string
+	BinDirs  []string
+	CacheDir string // libcni's result cache; empty is libcni's /var/lib/cni
+	IfName   string // the pod's interface; empty is eth0, the Kubernetes name
 }
 
 // CNI is the libcni-backed Plugin.
@@ -88,12 +89,6 @@ var _ Plugin = (*CNI)(nil)
 // network installed after podunit started (the usual order on a new node)
 // is picked up without a restart.
 func NewCNI(opts Options) *CNI {
-	if opts.ConfDir == "" {
-		opts.ConfDir = "/etc/cni/net.d"
-	}
-	if len(opts.BinDirs) == 0 {
-		opts.BinDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
-	}
 	if opts.IfName == "" {
 		opts.IfName = "eth0"
 	}

@@ -25,15 +25,8 @@ const (
 	FlavorCrun
 )
 
-// Default state roots: podunit's own, so `runc list` of other engines and
-// podunit's never mix.
-const (
-	DefaultRuncRoot = "/run/podunit/runc"
-	DefaultCrunRoot = "/run/podunit/crun"
-	DefaultExecDir  = "/run/podunit/exec"
-)
-
-// CLIConfig configures a runtime CLI; zero values take the defaults.
+// CLIConfig configures a runtime CLI. Binary and Root come from a
+// runtime.handlers entry of package config, ExecDir from paths.run_dir.
 type CLIConfig struct {
 	// Name is the handler name; default "runc" or "crun".
 	Name string
@@ -54,28 +47,18 @@ type CLI struct {
 
 var _ Runtime = (*CLI)(nil)
 
-// NewRunc returns runc with defaults filled in.
+// NewRunc returns runc; an empty Name is "runc".
 func NewRunc(cfg CLIConfig) *CLI { return newCLI(FlavorRunc, cfg) }
 
-// NewCrun returns crun with defaults filled in.
+// NewCrun returns crun; an empty Name is "crun".
 func NewCrun(cfg CLIConfig) *CLI { return newCLI(FlavorCrun, cfg) }
 
 func newCLI(f Flavor, cfg CLIConfig) *CLI {
-	name, root := "runc", DefaultRuncRoot
-	if f == FlavorCrun {
-		name, root = "crun", DefaultCrunRoot
-	}
 	if cfg.Name == "" {
-		cfg.Name = name
-	}
-	if cfg.Binary == "" {
-		cfg.Binary = name
-	}
-	if cfg.Root == "" {
-		cfg.Root = root
-	}
-	if cfg.ExecDir == "" {
-		cfg.ExecDir = DefaultExecDir
+		cfg.Name = "runc"
+		if f == FlavorCrun {
+			cfg.Name = "crun"
+		}
 	}
 	return &CLI{flavor: f, cfg: cfg}
 }

@@ -21,8 +21,8 @@ var update = flag.Bool("update", false, "rewrite testdata golden files")
 func TestArgvGolden(t *testing.T) {
 	var out bytes.Buffer
 	for _, c := range []*CLI{
-		NewRunc(CLIConfig{}),
-		NewCrun(CLIConfig{}),
+		NewRunc(CLIConfig{Binary: "runc", Root: "/run/podunit/runc"}),
+		NewCrun(CLIConfig{Binary: "crun", Root: "/run/podunit/crun"}),
 		NewRunc(CLIConfig{Name: "runc-custom", Binary: "/opt/bin/runc", Root: "/run/other"}),
 	} {
 		fmt.Fprintf(&out, "## %s\n", c.Name())

@@ -91,9 +91,10 @@ func newRig(t *testing.T, flavor Flavor) *rig {
 	if err != nil {
 		t.Fatalf("make-busybox-bundle: %v\n%s", err, out)
 	}
-	cfg := CLIConfig{Root: filepath.Join(dir, "root"), ExecDir: filepath.Join(dir, "exec")}
+	cfg := CLIConfig{Binary: "runc", Root: filepath.Join(dir, "root"), ExecDir: filepath.Join(dir, "exec")}
 	rt := NewRunc(cfg)
 	if flavor == FlavorCrun {
+		cfg.Binary = "crun"
 		rt = NewCrun(cfg)
 	}
 	r := &rig{t: t, rt: rt, dir: dir, rootfs: filepath.Join(bb, "rootfs"),

@@ -26,6 +26,7 @@ import (
 
 	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/netns"
 	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/systemd"
@@ -117,21 +118,28 @@ func inside(t *testing.T) *world {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(conf, "10-putest.conflist"), []byte(fmt.Sprintf(cniConf, w.ipamDir)), 0o644)
-	w.sd = systemd.New(systemd.Options{
-		CallTimeout: 20 * time.Second,
+	var err error
+	w.sd, err = systemd.New(systemd.Options{
+		CallTimeout:     20 * time.Second,
+		MaxParallelJobs: config.Default().Systemd.MaxParallelJobs,
 		// godbus closes a connection when the context it was dialled with
 		// ends; the connection must outlive the call that dialled it.
 		Dial: func(ctx context.Context) (*sddbus.Conn, error) {
 			return sddbus.NewSystemConnectionContext(context.WithoutCancel(ctx))
 		},
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := w.sd.Ping(context.Background()); err != nil {
 		t.Fatalf("systemd: %v", err)
 	}
 	w.opts = sandbox.Options{
 		StateDir: filepath.Join(base, "state"), RunDir: w.runDir,
 		CNIConfDir: conf, CNIBinDirs: []string{"/usr/lib/cni"}, CNICacheDir: filepath.Join(base, "cni-cache"),
-		Systemd: w.sd,
+		Systemd:     w.sd,
+		ParentSlice: config.Default().Systemd.ParentSlice,
+		OpTimeout:   config.Default().Systemd.CallTimeout.D(),
 	}
 	m, err := sandbox.New(w.opts)
 	if err != nil {

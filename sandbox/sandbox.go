@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/idindex"
 	"github.com/podunit/podunit/network"
 	"github.com/podunit/podunit/podfiles"
 	"github.com/podunit/podunit/statefile"
@@ -116,7 +117,7 @@ type Options struct {
 	CNIBinDirs  []string
 	CNICacheDir string
 	// ParentSlice holds the slices podunit creates for pods without a
-	// cgroup_parent; default "podunit.slice".
+	// cgroup_parent (systemd.parent_slice).
 	ParentSlice string
 	// Handlers are the runtime handlers besides "" (the default).
 	Handlers []string
@@ -133,7 +134,7 @@ type Options struct {
 	// ShmSize is the size of each pod's /dev/shm tmpfs; default 64 MiB.
 	ShmSize int64
 	// OpTimeout bounds each cleanup step run after the caller's context
-	// is gone (rollback); default 30s.
+	// is gone (rollback): systemd.call_timeout, the bound of each step.
 	OpTimeout time.Duration
 }
 
@@ -183,9 +184,6 @@ func New(opts Options) (*Manager, error) {
 	if opts.Systemd == nil {
 		return nil, fmt.Errorf("sandbox: systemd connection is required: %w", errdefs.ErrInvalid)
 	}
-	if opts.ParentSlice == "" {
-		opts.ParentSlice = "podunit.slice"
-	}
 	if _, err := systemd.SliceName(opts.ParentSlice); err != nil {
 		return nil, fmt.Errorf("sandbox: parent slice: %w", err)
 	}
@@ -205,7 +203,10 @@ func New(opts Options) (*Manager, error) {
 		opts.ShmSize = defaultShmBytes
 	}
 	if opts.OpTimeout <= 0 {
-		opts.OpTimeout = 30 * time.Second
+		return nil, fmt.Errorf("sandbox: cleanup timeout is required: %w", errdefs.ErrInvalid)
+	}
+	if opts.Network == nil && opts.CNIConfDir == "" {
+		return nil, fmt.Errorf("sandbox: a network plugin or a CNI configuration directory is required: %w", errdefs.ErrInvalid)
 	}
 	m := &Manager{opts: opts, log: opts.Logger, net: opts.Network, pods: map[string]*entry{}, names: map[string]string{}}
 	if m.net == nil {
@@ -249,26 +250,12 @@ func (m *Manager) List(ctx context.Context) []*Sandbox {
 	return out
 }
 
-// Resolve turns a full ID or a unique ID prefix into the full ID.
-func (m *Manager) Resolve(prefix string) (string, error) {
+// Resolve turns a request's pod ID (the full ID or a unique prefix, see
+// package idindex) into the full ID.
+func (m *Manager) Resolve(ref string) (string, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.pods[prefix]; ok {
-		return prefix, nil
-	}
-	var found string
-	for id := range m.pods {
-		if len(prefix) > 0 && len(id) >= len(prefix) && id[:len(prefix)] == prefix {
-			if found != "" {
-				return "", fmt.Errorf("pod sandbox prefix %q is ambiguous: %w", prefix, errdefs.ErrInvalid)
-			}
-			found = id
-		}
-	}
-	if found == "" {
-		return "", fmt.Errorf("pod sandbox %q: %w", prefix, errdefs.ErrNotFound)
-	}
-	return found, nil
+	return idindex.Resolve("pod sandbox", ref, m.pods)
 }
 
 func newID() string {

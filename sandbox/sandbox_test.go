@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/netns"
 	"github.com/podunit/podunit/network"
@@ -91,6 +92,8 @@ func newEnv(t *testing.T, mods ...func(*Options)) *env {
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
 		Network: e.net, Systemd: e.sd, Handlers: []string{"runc", "crun"},
 		HostResolvConf: resolv,
+		ParentSlice:    config.Default().Systemd.ParentSlice,
+		OpTimeout:      config.Default().Systemd.CallTimeout.D(),
 	}
 	for _, mod := range mods {
 		mod(&e.opts)

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/podunit/podunit/logrelay"
+	"github.com/podunit/podunit/procstat"
 	"github.com/podunit/podunit/unitcgroup"
 )
 
@@ -286,7 +287,7 @@ func WaitRelay(pidFile string, d time.Duration) bool {
 	for {
 		running := false
 		for _, pid := range pids {
-			if _, alive := parentOf(pid); alive && state(pid) != 'Z' {
+			if st, err := procstat.Read("/proc", pid); err == nil && !st.Exited() {
 				running = true
 			}
 		}
@@ -298,18 +299,4 @@ func WaitRelay(pidFile string, d time.Duration) bool {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// state is the process state letter from /proc/PID/stat ('Z' for zombie).
-func state(pid int) byte {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	for i := len(b) - 1; i > 0; i-- {
-		if b[i] == ')' && i+2 < len(b) {
-			return b[i+2]
-		}
-	}
-	return 0
 }

@@ -9,7 +9,6 @@
 package stdio
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,6 +22,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podunit/podunit/procstat"
 )
 
 // DefaultSocket is journald's stdout stream socket.
@@ -251,24 +252,14 @@ func Supervise(path string, argv []string, pidFile string, timeout time.Duration
 	return 0 // systemd copes as well as it can; never fail a started container here
 }
 
-// parentOf returns pid's parent from /proc/PID/stat; alive is false when
-// the process no longer exists.
+// parentOf returns pid's parent; alive is false when the process no
+// longer exists.
 func parentOf(pid int) (ppid int, alive bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	st, err := procstat.Read("/proc", pid)
 	if err != nil {
 		return 0, false
 	}
-	// "pid (comm) state ppid ...": comm may contain spaces and parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
-		return 0, false
-	}
-	ppid, _ = strconv.Atoi(f[1])
-	return ppid, true
+	return st.PPID, true
 }
 
 // Main is `podunit _stdio`: it only returns on failure.

@@ -18,6 +18,7 @@ import (
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/streaming/pkg/httpstream/spdy"
 
+	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/errdefs"
 )
 
@@ -57,7 +58,7 @@ func (f fakePods) NetNSPath(_ context.Context, id string) (string, error) {
 
 func startServer(t *testing.T, d Deps) *Server {
 	t.Helper()
-	s, err := New(Config{}, d)
+	s, err := New(Config{Address: config.Default().Streaming.Address}, d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,8 +27,7 @@ import (
 
 // Config configures the streaming server.
 type Config struct {
-	// Address is host:port; port 0 picks a free port. Empty means
-	// 127.0.0.1:0: the kubelet on the same node is the only client.
+	// Address is host:port (streaming.address); port 0 picks a free port.
 	Address string
 	// TLSCert and TLSKey are PEM files; both empty serves plain HTTP.
 	TLSCert, TLSKey string
@@ -79,7 +78,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 	}
 	addr := cfg.Address
 	if addr == "" {
-		addr = "127.0.0.1:0"
+		return nil, fmt.Errorf("streaming: listen address is required: %w", errdefs.ErrInvalid)
 	}
 	var tlsCfg *tls.Config
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {

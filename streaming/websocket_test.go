@@ -29,6 +29,8 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	clientexec "k8s.io/client-go/util/exec"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/podunit/podunit/config"
 )
 
 // These tests use client-go's own websocket clients, as critest
@@ -368,7 +370,7 @@ func TestWebSocketTLS(t *testing.T) {
 	certFile, keyFile := selfSigned(t, dir)
 	ctrs := &fakeContainers{}
 	ctrs.set(Target{ID: "c1", Running: true})
-	s, err := New(Config{TLSCert: certFile, TLSKey: keyFile}, Deps{Containers: ctrs, Pods: fakePods{}, Exec: &fakeExec{}})
+	s, err := New(Config{Address: config.Default().Streaming.Address, TLSCert: certFile, TLSKey: keyFile}, Deps{Containers: ctrs, Pods: fakePods{}, Exec: &fakeExec{}})
 	if err != nil {
 		t.Fatal(err)
 	}

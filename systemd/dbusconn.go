@@ -47,12 +47,11 @@ type DBus struct {
 var _ Conn = (*DBus)(nil)
 
 // New returns a Conn that connects lazily; the first call dials.
-func New(opts Options) *DBus {
-	if opts.CallTimeout <= 0 {
-		opts.CallTimeout = 30 * time.Second
-	}
-	if opts.MaxParallelJobs <= 0 {
-		opts.MaxParallelJobs = 16
+// CallTimeout and MaxParallelJobs are required: their defaults are
+// systemd.call_timeout and systemd.max_parallel_jobs of package config.
+func New(opts Options) (*DBus, error) {
+	if opts.CallTimeout <= 0 || opts.MaxParallelJobs <= 0 {
+		return nil, fmt.Errorf("systemd: CallTimeout and MaxParallelJobs are required: %w", errdefs.ErrInvalid)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -60,7 +59,7 @@ func New(opts Options) *DBus {
 	if opts.Dial == nil {
 		opts.Dial = sd.NewSystemConnectionContext
 	}
-	return &DBus{opts: opts, jobs: make(chan struct{}, opts.MaxParallelJobs)}
+	return &DBus{opts: opts, jobs: make(chan struct{}, opts.MaxParallelJobs)}, nil
 }
 
 func (d *DBus) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -11,6 +11,7 @@ import (
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
+	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/systemd"
 	"github.com/podunit/podunit/test/harness"
@@ -22,7 +23,10 @@ import (
 func TestDBusAgainstRealSystemd(t *testing.T) {
 	h := harness.Start(t, harness.Options{})
 	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", h.BusAddress())
-	c := systemd.New(systemd.Options{CallTimeout: 20 * time.Second})
+	c, err := systemd.New(systemd.Options{CallTimeout: 20 * time.Second, MaxParallelJobs: config.Default().Systemd.MaxParallelJobs})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer c.Close()
 	ctx := context.Background()
 

@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/podunit/podunit/idindex"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -177,34 +178,30 @@ func uptime(rfc string) string {
 	return time.Since(t).Round(time.Second).String()
 }
 
-// resolveID expands an ID prefix to exactly one pod or container.
-func resolveID(ctx context.Context, rt runtimeapi.RuntimeServiceClient, prefix string) (kind, id string, err error) {
-	var matches [][2]string
+// resolveID expands an ID or ID prefix to exactly one pod or container,
+// by the rule the CRI RPCs apply (package idindex) over both kinds at
+// once: pod and container IDs are drawn from the same space.
+func resolveID(ctx context.Context, rt runtimeapi.RuntimeServiceClient, ref string) (kind, id string, err error) {
+	kinds := map[string]string{}
 	pr, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
 	if err != nil {
 		return "", "", err
 	}
 	for _, p := range pr.Items {
-		if strings.HasPrefix(p.Id, prefix) {
-			matches = append(matches, [2]string{"pod", p.Id})
-		}
+		kinds[p.Id] = "pod"
 	}
 	cr, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
 	if err != nil {
 		return "", "", err
 	}
 	for _, c := range cr.Containers {
-		if strings.HasPrefix(c.Id, prefix) {
-			matches = append(matches, [2]string{"container", c.Id})
-		}
+		kinds[c.Id] = "container"
 	}
-	switch len(matches) {
-	case 0:
-		return "", "", fmt.Errorf("no pod or container with ID prefix %q", prefix)
-	case 1:
-		return matches[0][0], matches[0][1], nil
+	id, err = idindex.Resolve("pod or container", ref, kinds)
+	if err != nil {
+		return "", "", err
 	}
-	return "", "", fmt.Errorf("ID prefix %q is ambiguous (%d matches)", prefix, len(matches))
+	return kinds[id], id, nil
 }
 
 func runInspect(args []string) int {

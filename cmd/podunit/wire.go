@@ -64,11 +64,14 @@ func (s *services) close() {
 
 // wire builds podunit's packages from the configuration.
 func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs []*os.File) (*services, error) {
-	sd := systemd.New(systemd.Options{
+	sd, err := systemd.New(systemd.Options{
 		CallTimeout:     cfg.Systemd.CallTimeout.D(),
 		MaxParallelJobs: cfg.Systemd.MaxParallelJobs,
 		Logger:          log.With("component", "systemd"),
 	})
+	if err != nil {
+		return nil, err
+	}
 	if err := sd.Ping(ctx); err != nil {
 		// Not fatal: the CRI stays up and Status says why the runtime is
 		// not ready, so the kubelet and operators can see it.
@@ -102,6 +105,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 		CNIConfDir:  cfg.CNI.ConfDir,
 		CNIBinDirs:  cfg.CNI.BinDirs,
 		ParentSlice: cfg.Systemd.ParentSlice,
+		OpTimeout:   cfg.Systemd.CallTimeout.D(),
 		Handlers:    handlers,
 		Systemd:     sd,
 		Logger:      log.With("component", "pods"),

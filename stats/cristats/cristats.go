@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/idindex"
 	"github.com/podunit/podunit/stats"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -188,12 +189,15 @@ func (c *Collector) ContainerStats(ctx context.Context, id string) (*runtimeapi.
 	if err != nil {
 		return nil, err
 	}
+	byID := make(map[string]Container, len(all))
 	for _, ctr := range all {
-		if ctr.ID == id {
-			return c.containerStats(ctx, ctr)
-		}
+		byID[ctr.ID] = ctr
 	}
-	return nil, fmt.Errorf("container %q: %w", id, errdefs.ErrNotFound)
+	full, err := idindex.Resolve("container", id, byID)
+	if err != nil {
+		return nil, err
+	}
+	return c.containerStats(ctx, byID[full])
 }
 
 // ListContainerStats returns the stats of the containers matching f. It
@@ -306,16 +310,19 @@ func (c *Collector) PodSandboxStats(ctx context.Context, id string) (*runtimeapi
 	if err != nil {
 		return nil, err
 	}
+	byID := make(map[string]Pod, len(pods))
 	for _, p := range pods {
-		if p.ID == id {
-			ctrs, err := c.o.Source.StatsContainers(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return c.podStats(ctx, p, ctrs)
-		}
+		byID[p.ID] = p
 	}
-	return nil, fmt.Errorf("pod sandbox %q: %w", id, errdefs.ErrNotFound)
+	full, err := idindex.Resolve("pod sandbox", id, byID)
+	if err != nil {
+		return nil, err
+	}
+	ctrs, err := c.o.Source.StatsContainers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c.podStats(ctx, byID[full], ctrs)
 }
 
 // ListPodSandboxStats returns the stats of the pods matching f.

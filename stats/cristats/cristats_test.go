@@ -191,6 +191,13 @@ func TestCollectorStats(t *testing.T) {
 	if _, err := c.ContainerStats(ctx, "nope"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("unknown container: %v", err)
 	}
+	// IDs follow package idindex, as every RPC: a unique prefix names one.
+	if byPrefix, err := c.ContainerStats(ctx, "oth"); err != nil || byPrefix.Attributes.Id != "other" {
+		t.Fatalf("ContainerStats(oth) = %v, %v", byPrefix, err)
+	}
+	if _, err := c.PodSandboxStats(ctx, ""); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("empty pod id: %v", err)
+	}
 
 	ps, err := c.PodSandboxStats(ctx, "p")
 	if err != nil {

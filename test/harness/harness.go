@@ -22,10 +22,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/podunit/podunit/procstat"
 )
 
 // BuildTags are the tags podunit is always built with (cgo-free image
@@ -322,22 +325,15 @@ func (h *Harness) Leaks() []string {
 			continue
 		}
 		pid := filepath.Base(filepath.Dir(p))
-		if st, err := os.ReadFile("/proc/" + pid + "/stat"); err == nil && isZombie(st) {
-			continue // reaped lazily by the host init; no longer running
+		if n, err := strconv.Atoi(pid); err == nil {
+			if st, err := procstat.Read("/proc", n); err == nil && st.Exited() {
+				continue // reaped lazily by the host init; no longer running
+			}
 		}
 		cmdline, _ := os.ReadFile("/proc/" + pid + "/cmdline")
 		leaks = append(leaks, fmt.Sprintf("process %s (%s)", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
 	}
 	return leaks
-}
-
-func isZombie(stat []byte) bool {
-	// the state follows the ")" closing the command name, which may hold spaces
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 || i+2 >= len(stat) {
-		return false
-	}
-	return stat[i+2] == 'Z' || stat[i+2] == 'X'
 }
 
 // RepoRoot finds the repository root: the directory holding go.mod, walking

@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podunit/podunit/procstat"
 	"github.com/podunit/podunit/test/harness"
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -141,16 +142,11 @@ func (e *Env) RSS() int {
 
 // PID1CPU is the CPU time the harness' systemd has used so far.
 func (e *Env) PID1CPU() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", e.SystemdPID))
+	st, err := procstat.Read("/proc", e.SystemdPID)
 	if err != nil {
 		return 0
 	}
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+2:]))
-	// fields after the command: state is [0], utime [11], stime [12]
-	ut, _ := strconv.Atoi(f[11])
-	st, _ := strconv.Atoi(f[12])
-	return time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	return time.Duration(st.UTime+st.STime) * time.Second / 100 // USER_HZ
 }
 
 // Inside maps a path inside the harness to the host through its

@@ -17,6 +17,7 @@ import (
 
 	sd "github.com/coreos/go-systemd/v22/dbus"
 	godbus "github.com/godbus/dbus/v5"
+	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/stats"
 	"github.com/podunit/podunit/systemd"
 )
@@ -61,14 +62,18 @@ func prop(name string, v any) systemd.Property {
 
 func conn(t *testing.T) *systemd.DBus {
 	t.Helper()
-	c := systemd.New(systemd.Options{
-		CallTimeout: 2 * time.Minute,
+	c, err := systemd.New(systemd.Options{
+		CallTimeout:     2 * time.Minute,
+		MaxParallelJobs: config.Default().Systemd.MaxParallelJobs,
 		// The adapter's default dialer ties the connection to the first
 		// call's context, which closes it before the job's JobRemoved
 		// arrives (reported to the systemd package's owner); a connection
 		// that lives as long as the adapter avoids that here.
 		Dial: func(context.Context) (*sd.Conn, error) { return sd.NewSystemConnectionContext(context.Background()) },
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(c.Close)
 	if err := c.Ping(context.Background()); err != nil {
 		t.Fatalf("guest systemd over the forwarded bus: %v", err)

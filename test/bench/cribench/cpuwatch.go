@@ -1,15 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/podunit/podunit/procstat"
 )
 
 // cpuTicks reads utime+stime (clock ticks) of every process of the harness.
@@ -22,25 +22,14 @@ func cpuTicks(harness string) map[procKey]struct {
 		ticks uint64
 	}{}
 	_ = harnessProcs(harness, func(pid int, dir string) {
-		stat, err := os.ReadFile(dir + "/stat")
+		st, err := procstat.Read(filepath.Dir(dir), pid)
 		if err != nil {
 			return
 		}
-		i, j := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
-		if i < 0 || j < i {
-			return
-		}
-		f := strings.Fields(string(stat[j+1:]))
-		if len(f) < 20 {
-			return
-		}
-		start, _ := strconv.ParseUint(f[19], 10, 64)
-		ut, _ := strconv.ParseUint(f[11], 10, 64)
-		st, _ := strconv.ParseUint(f[12], 10, 64)
-		out[procKey{pid, start}] = struct {
+		out[procKey{pid, st.Start}] = struct {
 			comm  string
 			ticks uint64
-		}{string(stat[i+1 : j]), ut + st}
+		}{st.Comm, st.UTime + st.STime}
 	})
 	return out
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/podunit/podunit/procstat"
 )
 
 // proc is one process of the harness, read from the host's /proc.
@@ -65,22 +67,11 @@ func snapshot(harness string) (map[procKey]proc, error) {
 
 func readProc(pid int, dir string) (proc, bool) {
 	p := proc{PID: pid}
-	stat, err := os.ReadFile(dir + "/stat")
-	if err != nil {
+	st, err := procstat.Read(filepath.Dir(dir), pid)
+	if err != nil || st.State == 'Z' {
 		return p, false
 	}
-	// comm may hold spaces and parentheses: it ends at the last ')'
-	i, j := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
-	if i < 0 || j < i {
-		return p, false
-	}
-	p.Comm = string(stat[i+1 : j])
-	f := strings.Fields(string(stat[j+1:]))
-	// after comm: state(0) ... starttime is field 22 of stat, index 19 here
-	if len(f) < 20 || f[0] == "Z" {
-		return p, false
-	}
-	p.Start, _ = strconv.ParseUint(f[19], 10, 64)
+	p.Comm, p.Start = st.Comm, st.Start
 	p.Cmdline, _ = os.ReadFile(dir + "/cmdline")
 	if len(p.Cmdline) == 0 { // kernel thread or exiting
 		return p, false
