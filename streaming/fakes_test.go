@@ -131,13 +131,6 @@ func remoteCommand(t *testing.T, rawURL string, stdin, stdout, stderr, tty bool)
 	return s
 }
 
-func (s rcStreams) sendSize(t *testing.T, w, h int) {
-	t.Helper()
-	if _, err := fmt.Fprintf(s.resize, `{"Width":%d,"Height":%d}`, w, h); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // readUntil reads r until what it has read contains want.
 func readUntil(t *testing.T, r io.Reader, want string, timeout time.Duration) string {
 	t.Helper()
