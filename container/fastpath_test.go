@@ -323,7 +323,7 @@ func TestRuntimeStateGone(t *testing.T) {
 	if runtimeStateGone(&fakeRuntime{}, id) {
 		t.Error("runtime without a state dir counted as evidence")
 	}
-	cli := oci.NewRunc(oci.CLIConfig{Root: root})
+	cli := oci.NewRunc(oci.CLIConfig{Binary: "runc", Root: root})
 	if got := cli.StateDir(id); got != filepath.Join(root, id) {
 		t.Errorf("runc state dir %q", got)
 	}

@@ -95,7 +95,7 @@ func runcRun(t *testing.T, bundle string, extra []string, stdin, stdout *os.File
 	t.Helper()
 	id := fmt.Sprintf("st-%d-%d", os.Getpid(), ctrSeq.Add(1))
 	root := filepath.Join(t.TempDir(), "state")
-	rt := oci.NewRunc(oci.CLIConfig{Root: root})
+	rt := oci.NewRunc(oci.CLIConfig{Binary: "runc", Root: root})
 	args := append([]string{"--root", root, "run", "--detach", "-b", bundle}, extra...)
 	run := exec.Command("runc", append(args, id)...)
 	if stdin != nil {
