@@ -58,7 +58,7 @@ var ErrUnknown = errors.New("container not known to the log relay")
 
 // Register hands a container's output to the relay: for stdout and stderr
 // the pipe's read end and the journald stream. tapDir, when set, makes
-// the relay offer the output to attach sessions there (stdio.TapOut and
+// the relay offer the output to attach sessions there (TapOut and
 // TapErr). The descriptors are the caller's to close afterwards.
 //
 // cgroupDir is the container unit's cgroup directory: the relay sends the

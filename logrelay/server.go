@@ -237,9 +237,9 @@ func (s *Server) register(id string, m meta, fds []int) error {
 func (s *Server) startPump(r *relay, stream string, pipe, sock *os.File) {
 	var t *Tap
 	if r.TapDir != "" {
-		name := "tap-out.sock"
+		name := TapOut
 		if stream == "err" {
-			name = "tap-err.sock"
+			name = TapErr
 		}
 		t = NewTap(filepath.Join(r.TapDir, name))
 	}

@@ -9,6 +9,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// The attach taps of an attachable container, in its run directory: the
+// relay listens on them, attach (package streaming) and the fallback relay
+// of package stdio use the same names.
+const (
+	TapOut = "tap-out.sock"
+	TapErr = "tap-err.sock"
+)
+
 // Tap hands copies of a stream to attach sessions that connect to a unix
 // socket. A session that does not keep up loses its connection; the
 // container never waits for it.

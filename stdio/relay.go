@@ -168,14 +168,8 @@ func dupWriteEnds(out, errw int) error {
 }
 
 // tapFlag names the directory where the relay offers its output to attach
-// sessions (TapOut and TapErr sockets).
+// sessions (logrelay.TapOut and logrelay.TapErr sockets).
 const tapFlag = "--tap-dir="
-
-// The attach taps of an attachable container, in its run directory.
-const (
-	TapOut = "tap-out.sock"
-	TapErr = "tap-err.sock"
-)
 
 // isRelay reports whether args start the relay child.
 func isRelay(args []string) bool {
@@ -194,9 +188,9 @@ func relayMain(args []string) int {
 	for i, fds := range [][2]int{{3, 4}, {5, 6}} {
 		var t *logrelay.Tap
 		if tapDir != "" {
-			name := TapOut
+			name := logrelay.TapOut
 			if i == 1 {
-				name = TapErr
+				name = logrelay.TapErr
 			}
 			t = logrelay.NewTap(filepath.Join(tapDir, name))
 		}

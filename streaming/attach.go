@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/podunit/podunit/errdefs"
-	"github.com/podunit/podunit/stdio"
+	"github.com/podunit/podunit/logrelay"
 )
 
 // OutputSource follows a non-TTY container's output from now on.
@@ -143,11 +143,11 @@ func followTaps(ctx context.Context, dir string, stdout, stderr io.Writer) (func
 		return nil, errors.New("no taps")
 	}
 	var d net.Dialer
-	out, err := d.DialContext(ctx, "unix", filepath.Join(dir, stdio.TapOut))
+	out, err := d.DialContext(ctx, "unix", filepath.Join(dir, logrelay.TapOut))
 	if err != nil {
 		return nil, err
 	}
-	errc, err := d.DialContext(ctx, "unix", filepath.Join(dir, stdio.TapErr))
+	errc, err := d.DialContext(ctx, "unix", filepath.Join(dir, logrelay.TapErr))
 	if err != nil {
 		out.Close()
 		return nil, err

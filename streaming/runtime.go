@@ -29,7 +29,7 @@ type Target struct {
 	// non-TTY attach (journalctl match syntax, e.g. "CONTAINER_ID=<id>");
 	// empty means CONTAINER_ID=<ID>.
 	JournalMatch []string
-	// TapDir holds the relay's attach taps (stdio.TapOut, stdio.TapErr)
+	// TapDir holds the relay's attach taps (logrelay.TapOut, logrelay.TapErr)
 	// of an attachable container: its output byte for byte, partial lines
 	// included, which the journal only has once a line is complete.
 	TapDir string
