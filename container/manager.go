@@ -248,8 +248,8 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 		return "", err
 	}
 	// A pty needs a process holding its master for the container's whole
-	// life; podunit has none, so a TTY container runs on the journal
-	// streams like any other and its output is logged as stdout.
+	// life; podunit has none, so a TTY container runs on pipes like any
+	// other, its stdout and stderr logged as such.
 	if spec.Process != nil {
 		spec.Process.Terminal = false
 	}

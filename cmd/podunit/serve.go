@@ -71,7 +71,7 @@ func serve(cfg *config.Config, log *slog.Logger) error {
 		}
 	}
 	// systemd passes both the activation socket and, after a restart, the
-	// descriptors podunit parked in its fd store (attach stdin, terminals).
+	// descriptors an older podunit parked in its fd store (released at once).
 	stored, sockets := streaming.SplitActivationFiles(activation.Files(true))
 	lis, release, err := listen(cfg, sockets, log)
 	if err != nil {
