@@ -57,6 +57,18 @@ func (s *Server) ListContainers(ctx context.Context, req *runtimeapi.ListContain
 	return &runtimeapi.ListContainersResponse{Containers: list}, nil
 }
 
+// StreamContainers is ListContainers in batches (liststream.go).
+func (s *Server) StreamContainers(req *runtimeapi.StreamContainersRequest, stream runtimeapi.RuntimeService_StreamContainersServer) error {
+	ctx := stream.Context()
+	list, err := s.ctrs.List(ctx, req.GetFilter())
+	if err != nil {
+		return err
+	}
+	return sendBatches(ctx, list, streamBatchBytes, func(b []*runtimeapi.Container) error {
+		return stream.Send(&runtimeapi.StreamContainersResponse{Containers: b})
+	})
+}
+
 func (s *Server) UpdateContainerResources(ctx context.Context, req *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {
 	if err := s.ctrs.UpdateResources(ctx, req.GetContainerId(), req.GetLinux()); err != nil {
 		return nil, err

@@ -58,6 +58,18 @@ func (s *Server) ListImages(ctx context.Context, req *runtimeapi.ListImagesReque
 	return &runtimeapi.ListImagesResponse{Images: images}, nil
 }
 
+// StreamImages is ListImages in batches (liststream.go).
+func (s *Server) StreamImages(req *runtimeapi.StreamImagesRequest, stream runtimeapi.ImageService_StreamImagesServer) error {
+	ctx := stream.Context()
+	images, err := s.images.List(ctx, req.GetFilter())
+	if err != nil {
+		return err
+	}
+	return sendBatches(ctx, images, streamBatchBytes, func(b []*runtimeapi.Image) error {
+		return stream.Send(&runtimeapi.StreamImagesResponse{Images: b})
+	})
+}
+
 // RemoveImage is idempotent; an image a container uses is
 // FailedPrecondition.
 func (s *Server) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {

@@ -79,9 +79,21 @@ func (s *Server) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandbo
 
 // ListPodSandbox lists pods matching the filter.
 func (s *Server) ListPodSandbox(ctx context.Context, req *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
+	return &runtimeapi.ListPodSandboxResponse{Items: s.listPods(ctx, req.GetFilter())}, nil
+}
+
+// StreamPodSandboxes is ListPodSandbox in batches (liststream.go).
+func (s *Server) StreamPodSandboxes(req *runtimeapi.StreamPodSandboxesRequest, stream runtimeapi.RuntimeService_StreamPodSandboxesServer) error {
+	ctx := stream.Context()
+	return sendBatches(ctx, s.listPods(ctx, req.GetFilter()), streamBatchBytes, func(b []*runtimeapi.PodSandbox) error {
+		return stream.Send(&runtimeapi.StreamPodSandboxesResponse{PodSandboxes: b})
+	})
+}
+
+func (s *Server) listPods(ctx context.Context, f *runtimeapi.PodSandboxFilter) []*runtimeapi.PodSandbox {
 	var items []*runtimeapi.PodSandbox
 	for _, sb := range s.pods.List(ctx) {
-		if !podMatches(sb, req.GetFilter()) {
+		if !podMatches(sb, f) {
 			continue
 		}
 		cfg := sb.Config
@@ -95,7 +107,7 @@ func (s *Server) ListPodSandbox(ctx context.Context, req *runtimeapi.ListPodSand
 			RuntimeHandler: sb.RuntimeHandler,
 		})
 	}
-	return &runtimeapi.ListPodSandboxResponse{Items: items}, nil
+	return items
 }
 
 // UpdatePodSandboxResources applies new pod-level resources to the slice.

@@ -43,15 +43,31 @@ func (s *Server) ContainerStats(ctx context.Context, req *runtimeapi.ContainerSt
 }
 
 func (s *Server) ListContainerStats(ctx context.Context, req *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
-	c, err := s.collector()
-	if err != nil {
-		return nil, err
-	}
-	st, err := c.ListContainerStats(ctx, req.GetFilter())
+	st, err := s.listContainerStats(ctx, req.GetFilter())
 	if err != nil {
 		return nil, err
 	}
 	return &runtimeapi.ListContainerStatsResponse{Stats: st}, nil
+}
+
+// StreamContainerStats is ListContainerStats in batches (liststream.go).
+func (s *Server) StreamContainerStats(req *runtimeapi.StreamContainerStatsRequest, stream runtimeapi.RuntimeService_StreamContainerStatsServer) error {
+	ctx := stream.Context()
+	st, err := s.listContainerStats(ctx, req.GetFilter())
+	if err != nil {
+		return err
+	}
+	return sendBatches(ctx, st, streamBatchBytes, func(b []*runtimeapi.ContainerStats) error {
+		return stream.Send(&runtimeapi.StreamContainerStatsResponse{ContainerStats: b})
+	})
+}
+
+func (s *Server) listContainerStats(ctx context.Context, f *runtimeapi.ContainerStatsFilter) ([]*runtimeapi.ContainerStats, error) {
+	c, err := s.collector()
+	if err != nil {
+		return nil, err
+	}
+	return c.ListContainerStats(ctx, f)
 }
 
 func (s *Server) PodSandboxStats(ctx context.Context, req *runtimeapi.PodSandboxStatsRequest) (*runtimeapi.PodSandboxStatsResponse, error) {
@@ -70,15 +86,31 @@ func (s *Server) PodSandboxStats(ctx context.Context, req *runtimeapi.PodSandbox
 }
 
 func (s *Server) ListPodSandboxStats(ctx context.Context, req *runtimeapi.ListPodSandboxStatsRequest) (*runtimeapi.ListPodSandboxStatsResponse, error) {
-	c, err := s.collector()
-	if err != nil {
-		return nil, err
-	}
-	st, err := c.ListPodSandboxStats(ctx, req.GetFilter())
+	st, err := s.listPodSandboxStats(ctx, req.GetFilter())
 	if err != nil {
 		return nil, err
 	}
 	return &runtimeapi.ListPodSandboxStatsResponse{Stats: st}, nil
+}
+
+// StreamPodSandboxStats is ListPodSandboxStats in batches (liststream.go).
+func (s *Server) StreamPodSandboxStats(req *runtimeapi.StreamPodSandboxStatsRequest, stream runtimeapi.RuntimeService_StreamPodSandboxStatsServer) error {
+	ctx := stream.Context()
+	st, err := s.listPodSandboxStats(ctx, req.GetFilter())
+	if err != nil {
+		return err
+	}
+	return sendBatches(ctx, st, streamBatchBytes, func(b []*runtimeapi.PodSandboxStats) error {
+		return stream.Send(&runtimeapi.StreamPodSandboxStatsResponse{PodSandboxStats: b})
+	})
+}
+
+func (s *Server) listPodSandboxStats(ctx context.Context, f *runtimeapi.PodSandboxStatsFilter) ([]*runtimeapi.PodSandboxStats, error) {
+	c, err := s.collector()
+	if err != nil {
+		return nil, err
+	}
+	return c.ListPodSandboxStats(ctx, f)
 }
 
 func (s *Server) ListMetricDescriptors(ctx context.Context, req *runtimeapi.ListMetricDescriptorsRequest) (*runtimeapi.ListMetricDescriptorsResponse, error) {
@@ -86,15 +118,32 @@ func (s *Server) ListMetricDescriptors(ctx context.Context, req *runtimeapi.List
 }
 
 func (s *Server) ListPodSandboxMetrics(ctx context.Context, req *runtimeapi.ListPodSandboxMetricsRequest) (*runtimeapi.ListPodSandboxMetricsResponse, error) {
-	c, err := s.collector()
-	if err != nil {
-		return nil, err
-	}
-	m, err := c.ListPodSandboxMetrics(ctx)
+	m, err := s.listPodSandboxMetrics(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return &runtimeapi.ListPodSandboxMetricsResponse{PodMetrics: m}, nil
+}
+
+// StreamPodSandboxMetrics is ListPodSandboxMetrics in batches
+// (liststream.go); a pod's metrics, its containers' included, are one item.
+func (s *Server) StreamPodSandboxMetrics(_ *runtimeapi.StreamPodSandboxMetricsRequest, stream runtimeapi.RuntimeService_StreamPodSandboxMetricsServer) error {
+	ctx := stream.Context()
+	m, err := s.listPodSandboxMetrics(ctx)
+	if err != nil {
+		return err
+	}
+	return sendBatches(ctx, m, streamBatchBytes, func(b []*runtimeapi.PodSandboxMetrics) error {
+		return stream.Send(&runtimeapi.StreamPodSandboxMetricsResponse{PodSandboxMetrics: b})
+	})
+}
+
+func (s *Server) listPodSandboxMetrics(ctx context.Context) ([]*runtimeapi.PodSandboxMetrics, error) {
+	c, err := s.collector()
+	if err != nil {
+		return nil, err
+	}
+	return c.ListPodSandboxMetrics(ctx)
 }
 
 // GetContainerEvents streams container events until the client goes away,
