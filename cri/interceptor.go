@@ -69,34 +69,41 @@ func ToStatus(err error) error {
 // records metrics for every CRI call.
 func UnaryInterceptor(log *slog.Logger) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		method := path.Base(info.FullMethod)
 		start := time.Now()
 		resp, err := handler(ctx, req)
-		err = ToStatus(err)
-		code := status.Code(err)
-		requests.WithLabelValues(method, code.String()).Inc()
-		latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
-		switch {
-		case err == nil:
-			log.Debug("cri call", "method", method, "duration", time.Since(start))
-		case code == codes.NotFound || code == codes.Unimplemented:
-			log.Debug("cri call failed", "method", method, "code", code.String(), "err", err)
-		default:
-			log.Warn("cri call failed", "method", method, "code", code.String(), "err", err, "duration", time.Since(start))
-		}
-		return resp, err
+		return resp, finish(log, info.FullMethod, start, err)
 	}
 }
 
-// StreamInterceptor maps errors of streaming RPCs (GetContainerEvents).
+// StreamInterceptor does for streaming RPCs what UnaryInterceptor does:
+// the Stream* lists stand in for their List* twins, so a kubelet that
+// streams must show in the same metrics. GetContainerEvents' duration is
+// its subscription's lifetime, in a histogram of its own method label.
 func StreamInterceptor(log *slog.Logger) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		err := ToStatus(handler(srv, ss))
-		if err != nil && status.Code(err) != codes.Canceled {
-			log.Debug("cri stream ended", "method", path.Base(info.FullMethod), "err", err)
-		}
-		return err
+		start := time.Now()
+		return finish(log, info.FullMethod, start, handler(srv, ss))
 	}
+}
+
+// finish maps err to its gRPC status, counts the call and logs a failure.
+// A client that cancelled (the kubelet's timeout, or the end of an events
+// subscription) and "no such thing" answers are routine, not warnings.
+func finish(log *slog.Logger, fullMethod string, start time.Time, err error) error {
+	method := path.Base(fullMethod)
+	err = ToStatus(err)
+	code := status.Code(err)
+	requests.WithLabelValues(method, code.String()).Inc()
+	latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
+	switch {
+	case err == nil:
+		log.Debug("cri call", "method", method, "duration", time.Since(start))
+	case code == codes.NotFound || code == codes.Unimplemented || code == codes.Canceled:
+		log.Debug("cri call failed", "method", method, "code", code.String(), "err", err)
+	default:
+		log.Warn("cri call failed", "method", method, "code", code.String(), "err", err, "duration", time.Since(start))
+	}
+	return err
 }
 
 func (s *Server) configJSON() string {

@@ -14,6 +14,7 @@ import (
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/stats"
 	"github.com/podunit/podunit/stats/cristats"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -344,6 +345,32 @@ func TestStreamImages(t *testing.T) {
 	st, err := img.StreamImages(ctx, &runtimeapi.StreamImagesRequest{Filter: bad})
 	_, serr := collect(t, st, err, (*runtimeapi.StreamImagesResponse).GetImages)
 	sameCode(t, "bad image filter", uerr, serr, codes.InvalidArgument)
+	if n := streamCalls(t, "StreamImages", codes.InvalidArgument); n == 0 {
+		t.Error("a failed StreamImages is not in podunit_cri_requests_total")
+	}
+}
+
+// streamCalls reads podunit_cri_requests_total for a method and code.
+func streamCalls(t *testing.T, method string, code codes.Code) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(requests)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["method"] == method && labels["code"] == code.String() {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 func TestSendBatches(t *testing.T) {
