@@ -17,8 +17,9 @@ import (
 	"github.com/podunit/podunit/errdefs"
 )
 
-// drainTimeout bounds how long output is still copied after the process
-// has exited: a daemon it left behind may hold the output open forever.
+// drainTimeout bounds how long output is still copied after the runtime has
+// exited, and how long a runtime may take to return once its process was
+// killed: a daemon the process left behind may hold the output open forever.
 const drainTimeout = 2 * time.Second
 
 // scratch makes an exec's directory under ExecDir with the process written
@@ -114,11 +115,11 @@ func (x *execRun) piped(ctx context.Context) (int, error) {
 	var werr error
 	exited := make(chan struct{})
 	go func() { werr = cmd.Wait(); close(exited) }()
-	killed := x.killOnDone(ctx, exited)
+	killed := x.killOnDone(ctx, cmd, exited)
 	<-exited
 	if errors.Is(werr, exec.ErrWaitDelay) {
-		// The process exited; something it left behind still held the
-		// output, which drainTimeout has cut.
+		// The runtime exited; something the process left behind still held
+		// the output, which drainTimeout has cut.
 		werr = nil
 	}
 	return x.result(ctx, exitStatus(cmd, werr), werr, errTail, killed.Load())
@@ -126,8 +127,10 @@ func (x *execRun) piped(ctx context.Context) (int, error) {
 
 // killOnDone: the runtime does not kill its process when it dies itself, so
 // when ctx ends kill the exec'd process, which makes a foreground runtime
-// return.
-func (x *execRun) killOnDone(ctx context.Context, exited <-chan struct{}) *atomic.Bool {
+// return. runc copies the output itself and waits for its EOF, which a
+// daemon the process left behind may hold: the runtime goes too if it has
+// not returned within drainTimeout.
+func (x *execRun) killOnDone(ctx context.Context, cmd *exec.Cmd, exited <-chan struct{}) *atomic.Bool {
 	var killed atomic.Bool
 	go func() {
 		select {
@@ -135,6 +138,11 @@ func (x *execRun) killOnDone(ctx context.Context, exited <-chan struct{}) *atomi
 		case <-ctx.Done():
 			killed.Store(true)
 			killByPidFile(x.pidFile, exited)
+			select {
+			case <-exited:
+			case <-time.After(drainTimeout):
+				_ = cmd.Process.Kill()
+			}
 		}
 	}()
 	return &killed
