@@ -66,6 +66,10 @@ type CNI struct {
 // Runtime selects OCI runtimes.
 type Runtime struct {
 	DefaultHandler string             `toml:"default_handler" doc:"Handler used when a pod names no RuntimeClass."`
+	StartTimeout   Duration           `toml:"start_timeout" doc:"Upper bound for starting a container (its unit's start job: runtime create and start)."`
+	StopMargin     Duration           `toml:"stop_margin" doc:"How long past a stop's grace period its unit may take to stop (the final SIGKILL)."`
+	LogFlushWait   Duration           `toml:"log_flush_wait" doc:"How long an exited container's last output may take to reach its CRI log before the exit is reported."`
+	ExecOutputMax  int                `toml:"exec_output_max" doc:"Bytes of stdout and of stderr ExecSync returns (probes); the rest is dropped."`
 	Handlers       map[string]Handler `toml:"handlers" doc:"OCI runtimes by RuntimeClass handler name."`
 }
 
@@ -115,6 +119,10 @@ func Default() Config {
 		CNI: CNI{ConfDir: "/etc/cni/net.d", BinDirs: []string{"/usr/lib/cni", "/opt/cni/bin"}},
 		Runtime: Runtime{
 			DefaultHandler: "runc",
+			StartTimeout:   Duration(2 * time.Minute),
+			StopMargin:     Duration(15 * time.Second),
+			LogFlushWait:   Duration(5 * time.Second),
+			ExecOutputMax:  16 << 20,
 			Handlers: map[string]Handler{
 				"runc": {Type: "runc", Path: "/usr/sbin/runc", Root: "/run/podunit/runc"},
 				"crun": {Type: "crun", Path: "/usr/bin/crun", Root: "/run/podunit/crun"},
@@ -183,6 +191,18 @@ func (c *Config) Validate() error {
 	}
 	if _, ok := c.Runtime.Handlers[c.Runtime.DefaultHandler]; !ok {
 		bad("runtime.default_handler", "%q is not among runtime.handlers", c.Runtime.DefaultHandler)
+	}
+	if c.Runtime.StartTimeout <= 0 {
+		bad("runtime.start_timeout", "must be positive")
+	}
+	if c.Runtime.StopMargin <= 0 {
+		bad("runtime.stop_margin", "must be positive")
+	}
+	if c.Runtime.LogFlushWait <= 0 {
+		bad("runtime.log_flush_wait", "must be positive")
+	}
+	if c.Runtime.ExecOutputMax <= 0 {
+		bad("runtime.exec_output_max", "must be positive")
 	}
 	for name, h := range c.Runtime.Handlers {
 		key := "runtime.handlers." + name

@@ -101,14 +101,9 @@ func (m *Manager) StreamTarget(ctx context.Context, id string) (streaming.Target
 	// init provably runs.
 	m.refreshStatusLocked(ctx, c)
 	r := c.rec
-	rt, err := m.runtime(r.Handler)
-	if err != nil {
-		return streaming.Target{}, err
-	}
 	t := streaming.Target{
 		ID:      r.ID,
 		Running: r.State == StateRunning,
-		Runtime: rt,
 		// Containers run without a terminal (output goes to the journal
 		// streams), so attach is plain even for tty configs.
 		Stdin: r.Config.GetStdin(),

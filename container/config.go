@@ -28,19 +28,31 @@ func OptionsFromConfig(cfg *config.Config, log *slog.Logger) (Options, error) {
 	if err != nil {
 		return Options{}, fmt.Errorf("container manager: own executable: %w", err)
 	}
-	caps, host := DetectHost("/sys/fs/cgroup", log)
+	const cgroupRoot = "/sys/fs/cgroup"
+	caps, host := DetectHost(cgroupRoot, log)
 	mountinfo, _ := os.ReadFile("/proc/self/mountinfo")
-	return Options{
-		NoHugetlb:      !DetectHugetlb("/sys/fs/cgroup", string(mountinfo)),
-		StateDir:       filepath.Join(cfg.Paths.StateDir, "containers"),
-		RunDir:         filepath.Join(cfg.Paths.RunDir, "containers"),
-		Self:           self,
-		UnitHelper:     UnitHelper(self),
-		DefaultHandler: cfg.Runtime.DefaultHandler,
-		Caps:           caps,
-		Host:           host,
-		Logger:         log,
-	}, nil
+	o := Options{
+		NoHugetlb:  !DetectHugetlb(cgroupRoot, string(mountinfo)),
+		StateDir:   filepath.Join(cfg.Paths.StateDir, "containers"),
+		RunDir:     filepath.Join(cfg.Paths.RunDir, "containers"),
+		Self:       self,
+		UnitHelper: UnitHelper(self),
+		CgroupRoot: cgroupRoot,
+		Caps:       caps,
+		Host:       host,
+		Logger:     log,
+	}
+	o.SetRuntime(cfg.Runtime)
+	return o, nil
+}
+
+// SetRuntime takes the [runtime] settings of podunit's configuration.
+func (o *Options) SetRuntime(r config.Runtime) {
+	o.DefaultHandler = r.DefaultHandler
+	o.StartTimeout = r.StartTimeout.D()
+	o.StopMargin = r.StopMargin.D()
+	o.LogFlushTimeout = r.LogFlushWait.D()
+	o.ExecOutputMax = r.ExecOutputMax
 }
 
 // UnitHelperBinary is the small binary with the unit's helpers

@@ -9,9 +9,11 @@ package container
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/events"
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/oci"
@@ -124,23 +126,17 @@ type Publisher interface {
 	Publish(events.Event)
 }
 
-func (o *Options) defaults() {
-	if o.StartTimeout <= 0 {
-		o.StartTimeout = 2 * time.Minute
+// check rejects options a caller left out: their defaults live in
+// config.Default() (see OptionsFromConfig).
+func (o *Options) check() error {
+	if o.StateDir == "" || o.RunDir == "" || o.Self == "" || o.CgroupRoot == "" || o.DefaultHandler == "" {
+		return fmt.Errorf("container manager: StateDir, RunDir, Self, CgroupRoot and DefaultHandler are required: %w", errdefs.ErrInvalid)
 	}
-	if o.StopMargin <= 0 {
-		o.StopMargin = 15 * time.Second
-	}
-	if o.ExecOutputMax <= 0 {
-		o.ExecOutputMax = 16 << 20
-	}
-	if o.CgroupRoot == "" {
-		o.CgroupRoot = "/sys/fs/cgroup"
-	}
-	if o.LogFlushTimeout <= 0 {
-		o.LogFlushTimeout = 5 * time.Second
+	if o.StartTimeout <= 0 || o.StopMargin <= 0 || o.LogFlushTimeout <= 0 || o.ExecOutputMax <= 0 {
+		return fmt.Errorf("container manager: StartTimeout, StopMargin, LogFlushTimeout and ExecOutputMax are required: %w", errdefs.ErrInvalid)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	return nil
 }

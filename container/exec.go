@@ -12,6 +12,7 @@ import (
 
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/oci"
+	"github.com/podunit/podunit/streaming"
 )
 
 // capped keeps the first max bytes written and discards the rest, so a
@@ -40,29 +41,58 @@ func (m *Manager) ExecSync(ctx context.Context, id string, cmd []string, timeout
 	if len(cmd) == 0 {
 		return nil, nil, 0, fmt.Errorf("exec in container %s: empty command: %w", id, errdefs.ErrInvalid)
 	}
-	r, rt, err := m.running(ctx, id)
-	if err != nil {
-		return nil, nil, 0, err
-	}
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(timeout)*time.Second)
 		defer cancel()
 	}
-	spec, err := oci.ReadBundle(m.bundleDir(r.ID))
-	if err != nil || spec.Process == nil {
-		return nil, nil, 0, fmt.Errorf("exec in container %s: bundle: %v: %w", id, err, errdefs.ErrNotFound)
-	}
-	proc := execProcess(spec.Process, cmd)
 	o, e := &capped{max: m.opts.ExecOutputMax}, &capped{max: m.opts.ExecOutputMax}
-	code, err := rt.Exec(ctx, r.ID, oci.ExecProcess{Process: proc, Stdout: o, Stderr: e})
+	code, err := m.Exec(ctx, id, streaming.ExecProcess{Args: cmd, Stdout: o, Stderr: e})
 	if err != nil {
 		if errors.Is(err, errdefs.ErrDeadline) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return o.buf.Bytes(), e.buf.Bytes(), 0, fmt.Errorf("exec in container %s: command %q timed out after %ds: %w", id, cmd, timeout, errdefs.ErrDeadline)
 		}
-		return o.buf.Bytes(), e.buf.Bytes(), 0, fmt.Errorf("exec in container %s: %w", id, err)
+		return o.buf.Bytes(), e.buf.Bytes(), 0, err
 	}
 	return o.buf.Bytes(), e.buf.Bytes(), int32(code), nil
+}
+
+// Exec runs p in a running container and waits for it: ExecSync's and the
+// streaming server's one way in (streaming.Executor). The process is the
+// container's own with p's command (see execProcess); a terminal exec
+// runs detached through the exec helper, which relays the terminal.
+func (m *Manager) Exec(ctx context.Context, id string, p streaming.ExecProcess) (int, error) {
+	if len(p.Args) == 0 {
+		return -1, fmt.Errorf("exec in container %s: empty command: %w", id, errdefs.ErrInvalid)
+	}
+	r, rt, err := m.running(ctx, id)
+	if err != nil {
+		return -1, err
+	}
+	spec, err := oci.ReadBundle(m.bundleDir(r.ID))
+	if err != nil || spec.Process == nil {
+		return -1, fmt.Errorf("exec in container %s: bundle: %v: %w", id, err, errdefs.ErrNotFound)
+	}
+	proc := execProcess(spec.Process, p.Args)
+	if !p.TTY {
+		code, err := rt.Exec(ctx, r.ID, oci.ExecProcess{Process: proc, Stdin: p.Stdin, Stdout: p.Stdout, Stderr: p.Stderr})
+		if err != nil {
+			return code, fmt.Errorf("exec in container %s: %w", id, err)
+		}
+		return code, nil
+	}
+	helper := []string{m.opts.Self, streaming.ExecHelperName}
+	code, err := streaming.RunTerminal(ctx, helper, p, func(size *streaming.WinSize) (*oci.TerminalExec, error) {
+		proc.Terminal = true
+		if size != nil {
+			proc.ConsoleSize = &specs.Box{Height: uint(size.Height), Width: uint(size.Width)}
+		}
+		return rt.TerminalExec(r.ID, proc)
+	})
+	if err != nil {
+		return code, fmt.Errorf("exec in container %s: %w", id, err)
+	}
+	return code, nil
 }
 
 // execProcess derives an exec'd process from the container's: it gets the

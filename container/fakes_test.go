@@ -143,17 +143,13 @@ func (r *fakeRuntime) StartArgv(id, logFile string) []string {
 func (r *fakeRuntime) DeleteArgv(id string) []string {
 	return []string{"/usr/sbin/runc", "delete", "--force", id}
 }
-func (r *fakeRuntime) ExecArgv(id string, args []string) []string {
-	return append([]string{"/usr/sbin/runc", "exec", id}, args...)
+func (r *fakeRuntime) TerminalExec(id string, p specs.Process) (*oci.TerminalExec, error) {
+	return nil, errdefs.ErrUnimplemented
 }
-func (r *fakeRuntime) ExecProcessArgv(id, processFile string) []string {
-	return []string{"/usr/sbin/runc", "exec", "--process", processFile, id}
-}
-func (r *fakeRuntime) StateArgv(id string) []string { return []string{"/usr/sbin/runc", "state", id} }
 func (r *fakeRuntime) Exec(ctx context.Context, id string, p oci.ExecProcess) (int, error) {
 	return r.exec(ctx, p)
 }
-func (r *fakeRuntime) Delete(ctx context.Context, id string, force bool) error {
+func (r *fakeRuntime) Delete(ctx context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.deleted = append(r.deleted, id)
@@ -244,9 +240,10 @@ func newEnv(t *testing.T) *env {
 	e.imgs = &fakeImages{dir: filepath.Join(dir, "storage"), rootfs: map[string]bool{}, created: map[string]bool{}, volumes: map[string][]string{}}
 	e.opts = Options{
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"), Self: "/usr/bin/podunit",
-		Caps: unitprops.Caps{SystemdVersion: 252}, StopMargin: time.Second,
-		DefaultHandler: config.Default().Runtime.DefaultHandler,
+		Caps: unitprops.Caps{SystemdVersion: 252}, CgroupRoot: "/sys/fs/cgroup",
 	}
+	e.opts.SetRuntime(config.Default().Runtime)
+	e.opts.StopMargin = time.Second
 	e.deps = Deps{Systemd: e.sd, Images: e.imgs, Pods: fakePods{logDir: e.logDir}, Runtimes: map[string]oci.Runtime{"runc": e.rt}, Logs: e.logs}
 	e.sd.StopFunc = func(u *systemdtest.Unit) systemd.JobResult {
 		e.writeExit(idOfUnit(u.Name), &exitrec.Record{ServiceResult: "signal", ExitCode: "killed", ExitStatus: "TERM", FinishedAt: time.Now().UnixNano()})

@@ -134,9 +134,9 @@ func newInside(t *testing.T) *inside {
 	ie.opts = Options{
 		LogRelaySocket: relaySock,
 		StateDir:       filepath.Join(itestDir, "containers"), RunDir: "/run/podunit/containers", Self: self,
-		Caps: unitprops.Caps{SystemdVersion: 252, CgroupV2: err == nil}, Host: host,
-		DefaultHandler: config.Default().Runtime.DefaultHandler,
+		Caps: unitprops.Caps{SystemdVersion: 252, CgroupV2: err == nil}, Host: host, CgroupRoot: "/sys/fs/cgroup",
 	}
+	ie.opts.SetRuntime(config.Default().Runtime)
 	execDir := filepath.Join(d.Paths.RunDir, "exec") // as cmd/podunit wires it
 	rt := oci.NewRunc(oci.CLIConfig{Binary: "/usr/sbin/runc", Root: runcRoot, ExecDir: execDir})
 	crun := oci.NewCrun(oci.CLIConfig{Binary: "/usr/bin/crun", Root: crunRoot, ExecDir: execDir})

@@ -143,7 +143,7 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	defer ucancel()
 	m.forceStopUnit(uctx, r.Unit)
 	_ = m.sd.ResetFailedUnit(uctx, r.Unit)
-	_ = rt.Delete(uctx, id, true)
+	_ = rt.Delete(uctx, id)
 	msg := m.runtimeError(id)
 	// (The stop above writes an exit record too: after a refused quota it
 	// is podunit's doing, not the container's exit.)

@@ -52,9 +52,8 @@ type Manager struct {
 
 // New returns a manager; call Recover before serving requests.
 func New(opts Options, deps Deps) (*Manager, error) {
-	opts.defaults()
-	if opts.StateDir == "" || opts.RunDir == "" || opts.Self == "" {
-		return nil, fmt.Errorf("container manager: StateDir, RunDir and Self are required: %w", errdefs.ErrInvalid)
+	if err := opts.check(); err != nil {
+		return nil, err
 	}
 	if deps.Systemd == nil || deps.Images == nil || deps.Pods == nil || len(deps.Runtimes) == 0 {
 		return nil, fmt.Errorf("container manager: missing dependency: %w", errdefs.ErrInvalid)
@@ -380,7 +379,7 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	// The unit is gone, so its recorder is done; when its `delete` left
 	// nothing behind there is no runtime to fork.
 	if rt, err := m.runtime(r.Handler); err == nil && !runtimeStateGone(rt, id) {
-		if err := rt.Delete(ctx, id, true); err != nil {
+		if err := rt.Delete(ctx, id); err != nil {
 			return fmt.Errorf("remove container %s: runtime state: %w", id, err)
 		}
 	}

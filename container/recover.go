@@ -179,7 +179,7 @@ func (m *Manager) removeOrphan(ctx context.Context, id string) error {
 	m.opts.Logger.Warn("removing leftovers of an unfinished container create", "container", id)
 	_ = m.sd.StopUnit(ctx, unitName(id))
 	for _, rt := range m.rts {
-		_ = rt.Delete(ctx, id, true)
+		_ = rt.Delete(ctx, id)
 	}
 	if err := m.imgs.UnmountRootfs(ctx, id); err != nil {
 		return fmt.Errorf("orphan container %s: %w", id, err)

@@ -50,15 +50,15 @@ func (i ctrTestImages) DeleteImageVolumes(ctx context.Context, id string) error 
 
 type ctrTestRuntime struct{}
 
-func (ctrTestRuntime) Name() string                                            { return "runc" }
-func (ctrTestRuntime) CreateArgv(id, b, p, l string) []string                  { return []string{"/bin/true"} }
-func (ctrTestRuntime) StartArgv(id, l string) []string                         { return []string{"/bin/true"} }
-func (ctrTestRuntime) DeleteArgv(id string) []string                           { return nil }
-func (ctrTestRuntime) ExecArgv(id string, args []string) []string              { return nil }
-func (ctrTestRuntime) ExecProcessArgv(id, processFile string) []string         { return nil }
-func (ctrTestRuntime) StateArgv(id string) []string                            { return nil }
-func (ctrTestRuntime) Delete(ctx context.Context, id string, force bool) error { return nil }
-func (ctrTestRuntime) OwnCgroup() bool                                         { return true }
+func (ctrTestRuntime) Name() string                                { return "runc" }
+func (ctrTestRuntime) CreateArgv(id, b, p, l string) []string      { return []string{"/bin/true"} }
+func (ctrTestRuntime) StartArgv(id, l string) []string             { return []string{"/bin/true"} }
+func (ctrTestRuntime) DeleteArgv(id string) []string               { return nil }
+func (ctrTestRuntime) Delete(ctx context.Context, id string) error { return nil }
+func (ctrTestRuntime) TerminalExec(id string, p specs.Process) (*oci.TerminalExec, error) {
+	return nil, errdefs.ErrUnimplemented
+}
+func (ctrTestRuntime) OwnCgroup() bool { return true }
 
 func (ctrTestRuntime) Update(ctx context.Context, id string, r *specs.LinuxResources) error {
 	return nil
@@ -90,10 +90,12 @@ func newManagers(t testing.TB, hub *events.Hub) (*sandbox.Manager, *container.Ma
 	if hub != nil {
 		deps.Events = hub
 	}
-	ctrs, err := container.New(container.Options{
+	opts := container.Options{
 		StateDir: filepath.Join(dir, "cstate"), RunDir: filepath.Join(dir, "crun"), Self: "/podunit",
-		Caps: unitprops.Caps{SystemdVersion: 252}, DefaultHandler: config.Default().Runtime.DefaultHandler,
-	}, deps)
+		Caps: unitprops.Caps{SystemdVersion: 252}, CgroupRoot: "/sys/fs/cgroup",
+	}
+	opts.SetRuntime(config.Default().Runtime)
+	ctrs, err := container.New(opts, deps)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,9 +88,13 @@ func newRig(tb testing.TB) *rig {
 	r.sub = r.hub.Subscribe()
 	w := systemd.NewWatcher(systemd.WatchOptions{Match: func(u string) bool { return strings.HasPrefix(u, prefix) }})
 	units, subscribed := make(chan systemd.UnitEvent), make(chan struct{})
-	tr := events.NewTranslator(events.TranslatorOptions{
+	tr, err := events.NewTranslator(events.TranslatorOptions{
 		Units: units, Containers: r.ctrs, Systemd: r.sd, UnitPattern: prefix + "*.service", Hub: r.hub,
+		CallTimeout: time.Duration(config.Default().Systemd.CallTimeout),
 	})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(3)

@@ -2,9 +2,11 @@ package events
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/systemd"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -48,7 +50,8 @@ type TranslatorOptions struct {
 	Hub         *Hub
 	// RetryInterval paces resync retries while systemd is unreachable.
 	RetryInterval time.Duration
-	// CallTimeout bounds each Containers / Systemd call. Default 30 s.
+	// CallTimeout bounds each Containers / Systemd call
+	// (systemd.call_timeout); required.
 	CallTimeout time.Duration
 	Logger      *slog.Logger
 }
@@ -65,17 +68,17 @@ type Translator struct {
 }
 
 // NewTranslator prepares a translator; call Run.
-func NewTranslator(o TranslatorOptions) *Translator {
+func NewTranslator(o TranslatorOptions) (*Translator, error) {
+	if o.CallTimeout <= 0 {
+		return nil, fmt.Errorf("event translator: CallTimeout is required: %w", errdefs.ErrInvalid)
+	}
 	if o.RetryInterval <= 0 {
 		o.RetryInterval = time.Second
-	}
-	if o.CallTimeout <= 0 {
-		o.CallTimeout = 30 * time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Translator{o: o, live: map[string]bool{}}
+	return &Translator{o: o, live: map[string]bool{}}, nil
 }
 
 func liveState(s string) bool {

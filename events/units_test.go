@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/systemd"
 )
@@ -75,10 +76,13 @@ func newRig(t *testing.T, running ...string) *rig {
 	}
 	hub := NewHub(HubOptions{})
 	r.sub = hub.Subscribe()
-	tr := NewTranslator(TranslatorOptions{
+	tr, err := NewTranslator(TranslatorOptions{
 		Units: r.units, Containers: r.ctrs, Systemd: r.list, UnitPattern: "podunit-ctr-*.service",
-		Hub: hub, RetryInterval: 10 * time.Millisecond,
+		Hub: hub, RetryInterval: 10 * time.Millisecond, CallTimeout: time.Duration(config.Default().Systemd.CallTimeout),
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = tr.Run(ctx); close(done) }()

@@ -98,21 +98,18 @@ func (c *CLI) StartArgv(id, logFile string) []string {
 }
 
 // DeleteArgv implements Runtime.
-func (c *CLI) DeleteArgv(id string) []string { return c.deleteArgv(id, true) }
-
-// ExecArgv implements Runtime: runc and crun stop parsing their own flags
-// at the container ID, so args pass unchanged.
-func (c *CLI) ExecArgv(id string, args []string) []string {
-	return append(append(c.global(), "exec", id), args...)
+func (c *CLI) DeleteArgv(id string) []string {
+	return append(c.global(), "delete", "--force", id)
 }
 
-// ExecProcessArgv implements Runtime.
-func (c *CLI) ExecProcessArgv(id, processFile string) []string {
-	return append(c.global(), "exec", "--process", processFile, id)
+// terminalExecArgv: the runtime runs detached: in the
+// foreground runc proxies the terminal itself and clears ONLCR on it after
+// the command may already have written. --tty only matters to runtimes
+// that do not take the terminal from processFile.
+func (c *CLI) terminalExecArgv(id, processFile, consoleSocket, pidFile string) []string {
+	return append(c.global(), "exec", "--detach", "--tty", "--console-socket", consoleSocket,
+		"--pid-file", pidFile, "--process", processFile, id)
 }
-
-// StateArgv implements Runtime.
-func (c *CLI) StateArgv(id string) []string { return append(c.global(), "state", id) }
 
 // StateDir is the runtime's state directory of container id (runc and
 // crun alike): <root>/<id>. id must be a valid container ID.
@@ -124,20 +121,12 @@ func (c *CLI) execArgv(id, processFile, pidFile string) []string {
 	return append(c.global(), "exec", "--process", processFile, "--pid-file", pidFile, id)
 }
 
-func (c *CLI) deleteArgv(id string, force bool) []string {
-	argv := append(c.global(), "delete")
-	if force {
-		argv = append(argv, "--force")
-	}
-	return append(argv, id)
-}
+// OwnCgroup implements Runtime.
+func (c *CLI) OwnCgroup() bool { return c.flavor != FlavorCrun }
 
 // updateArgv reads the new limits as JSON (specs.LinuxResources) from
 // stdin; nil for crun, whose containers have no cgroup of their own (see
 // Update).
-// OwnCgroup implements Runtime.
-func (c *CLI) OwnCgroup() bool { return c.flavor != FlavorCrun }
-
 func (c *CLI) updateArgv(id string) []string {
 	if !c.OwnCgroup() {
 		return nil
@@ -205,8 +194,8 @@ func runtimeMessage(stderr string) string {
 }
 
 // Delete implements Runtime.
-func (c *CLI) Delete(ctx context.Context, id string, force bool) error {
-	_, err := c.command(ctx, c.deleteArgv(id, force))
+func (c *CLI) Delete(ctx context.Context, id string) error {
+	_, err := c.command(ctx, c.DeleteArgv(id))
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil
 	}

@@ -32,12 +32,9 @@ func TestArgvGolden(t *testing.T) {
 		}{
 			{"create", c.CreateArgv("ctr1", "/run/podunit/bundles/ctr1", "/run/podunit/bundles/ctr1/pid", "/run/podunit/ctr1/runtime.log")},
 			{"start", c.StartArgv("ctr1", "/run/podunit/ctr1/runtime.log")},
-			{"exec", c.ExecArgv("ctr1", []string{"sh", "-c", "echo --root"})},
-			{"exec-process", c.ExecProcessArgv("ctr1", "/x/process.json")},
-			{"exec-sync", c.execArgv("ctr1", "/x/process.json", "/x/pid")},
-			{"state", c.StateArgv("ctr1")},
-			{"delete", c.deleteArgv("ctr1", false)},
-			{"delete-force", c.DeleteArgv("ctr1")},
+			{"exec", c.execArgv("ctr1", "/x/process.json", "/x/pid")},
+			{"exec-tty", c.terminalExecArgv("ctr1", "/x/process.json", "/x/console.sock", "/x/pid")},
+			{"delete", c.DeleteArgv("ctr1")},
 			{"update", c.updateArgv("ctr1")},
 		} {
 			line := strings.Join(l.argv, " ")

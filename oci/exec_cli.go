@@ -12,8 +12,55 @@ import (
 	"sync/atomic"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/podunit/podunit/errdefs"
 )
+
+// drainTimeout bounds how long output is still copied after the runtime has
+// exited, and how long a runtime may take to return once its process was
+// killed: a daemon the process left behind may hold the output open forever.
+const drainTimeout = 2 * time.Second
+
+// scratch makes an exec's directory under ExecDir with the process written
+// as process.json: runc and crun take a process from a file only.
+func (c *CLI) scratch(p specs.Process) (dir, procFile string, err error) {
+	if err := os.MkdirAll(c.cfg.ExecDir, 0o700); err != nil {
+		return "", "", fmt.Errorf("exec dir: %w", err)
+	}
+	dir, err = os.MkdirTemp(c.cfg.ExecDir, "exec-")
+	if err != nil {
+		return "", "", fmt.Errorf("exec dir: %w", err)
+	}
+	raw, err := json.Marshal(p)
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", "", fmt.Errorf("encode process: %w", err)
+	}
+	procFile = filepath.Join(dir, "process.json")
+	if err := os.WriteFile(procFile, raw, 0o600); err != nil {
+		os.RemoveAll(dir)
+		return "", "", fmt.Errorf("write process: %w", err)
+	}
+	return dir, procFile, nil
+}
+
+// TerminalExec implements Runtime.
+func (c *CLI) TerminalExec(id string, p specs.Process) (*TerminalExec, error) {
+	if len(p.Args) == 0 {
+		return nil, invalid("exec", "no command")
+	}
+	if !p.Terminal {
+		return nil, invalid("terminal exec", "process has no terminal")
+	}
+	dir, procFile, err := c.scratch(p)
+	if err != nil {
+		return nil, err
+	}
+	t := &TerminalExec{ConsoleSocket: filepath.Join(dir, "console.sock"), PidFile: filepath.Join(dir, "pid"), dir: dir}
+	t.Argv = c.terminalExecArgv(id, procFile, t.ConsoleSocket, t.PidFile)
+	return t, nil
+}
 
 // Exec implements Runtime. The runtime runs in the foreground and hands its
 // stdio to the process, so its exit status is the process's.
@@ -24,22 +71,12 @@ func (c *CLI) Exec(ctx context.Context, id string, p ExecProcess) (int, error) {
 	if p.Process.Terminal {
 		return -1, invalid("exec", "terminal")
 	}
-	if err := os.MkdirAll(c.cfg.ExecDir, 0o700); err != nil {
-		return -1, fmt.Errorf("exec dir: %w", err)
-	}
-	dir, err := os.MkdirTemp(c.cfg.ExecDir, "exec-")
+	dir, procFile, err := c.scratch(p.Process)
 	if err != nil {
-		return -1, fmt.Errorf("exec dir: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	procJSON, err := json.Marshal(p.Process)
-	if err != nil {
-		return -1, fmt.Errorf("encode process: %w", err)
-	}
-	x := execRun{c: c, id: id, p: p, procFile: filepath.Join(dir, "process.json"), pidFile: filepath.Join(dir, "pid")}
-	if err := os.WriteFile(x.procFile, procJSON, 0o600); err != nil {
 		return -1, err
 	}
+	defer os.RemoveAll(dir)
+	x := execRun{c: c, id: id, p: p, procFile: procFile, pidFile: filepath.Join(dir, "pid")}
 	return x.piped(ctx)
 }
 
@@ -54,26 +91,46 @@ func (x *execRun) piped(ctx context.Context) (int, error) {
 	argv := x.c.execArgv(x.id, x.procFile, x.pidFile)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	errTail := &tailBuffer{max: 4096}
-	cmd.Stdin = x.p.Stdin
 	cmd.Stdout = orDiscard(x.p.Stdout)
 	cmd.Stderr = io.MultiWriter(orDiscard(x.p.Stderr), errTail)
-	// A process that leaves a daemon holding its stdout must not hang us
-	// after it exits.
-	cmd.WaitDelay = 2 * time.Second
+	cmd.WaitDelay = drainTimeout
+	var stdin io.WriteCloser
+	if x.p.Stdin != nil {
+		// Copied by hand: exec.Cmd would wait for a client's stdin that may
+		// never end, even after the process has exited.
+		var err error
+		if stdin, err = cmd.StdinPipe(); err != nil {
+			return -1, fmt.Errorf("%s exec: %w", x.c.cfg.Name, err)
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		return -1, fmt.Errorf("%s exec: %w", x.c.cfg.Name, err)
+	}
+	if stdin != nil {
+		go func() {
+			_, _ = io.Copy(stdin, x.p.Stdin)
+			stdin.Close()
+		}()
 	}
 	var werr error
 	exited := make(chan struct{})
 	go func() { werr = cmd.Wait(); close(exited) }()
-	killed := x.killOnDone(ctx, exited)
+	killed := x.killOnDone(ctx, cmd, exited)
 	<-exited
+	if errors.Is(werr, exec.ErrWaitDelay) {
+		// The runtime exited; something the process left behind still held
+		// the output, which drainTimeout has cut.
+		werr = nil
+	}
 	return x.result(ctx, exitStatus(cmd, werr), werr, errTail, killed.Load())
 }
 
 // killOnDone: the runtime does not kill its process when it dies itself, so
-// on timeout kill the exec'd process, which makes a foreground runtime return.
-func (x *execRun) killOnDone(ctx context.Context, exited <-chan struct{}) *atomic.Bool {
+// when ctx ends kill the exec'd process, which makes a foreground runtime
+// return. runc copies the output itself and waits for its EOF, which a
+// daemon the process left behind may hold: the runtime goes too if it has
+// not returned within drainTimeout.
+func (x *execRun) killOnDone(ctx context.Context, cmd *exec.Cmd, exited <-chan struct{}) *atomic.Bool {
 	var killed atomic.Bool
 	go func() {
 		select {
@@ -81,6 +138,11 @@ func (x *execRun) killOnDone(ctx context.Context, exited <-chan struct{}) *atomi
 		case <-ctx.Done():
 			killed.Store(true)
 			killByPidFile(x.pidFile, exited)
+			select {
+			case <-exited:
+			case <-time.After(drainTimeout):
+				_ = cmd.Process.Kill()
+			}
 		}
 	}()
 	return &killed

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/podunit/podunit/test/harness"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,7 +112,7 @@ func (r *rig) cleanup() {
 		_ = json.Unmarshal(out, &states)
 	}
 	for _, s := range states {
-		_ = r.rt.Delete(ctx, s.ID, true)
+		_ = r.rt.Delete(ctx, s.ID)
 	}
 	dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + r.cgParent)
 	for _, d := range dirs {
@@ -224,7 +225,7 @@ type runtimeState struct {
 }
 
 func (r *rig) state(ctx context.Context, id string) (*runtimeState, error) {
-	out, err := r.rt.command(ctx, r.rt.StateArgv(id))
+	out, err := r.rt.command(ctx, append(r.rt.global(), "state", id))
 	if err != nil {
 		return nil, err
 	}
@@ -325,6 +326,39 @@ func testLifecycle(t *testing.T, flavor Flavor) {
 			t.Fatalf("code %d err %v output %q", code, err, out.String())
 		}
 	})
+	t.Run("exec ends with its process, not with its stdin", func(t *testing.T) {
+		spec, _ := ReadBundle(filepath.Join(r.dir, "bundles", "life"))
+		p := *spec.Process
+		p.Args = []string{"sh", "-c", "echo started; exit 4"}
+		// A client whose stdin never ends must not keep the exec open.
+		stdin, hold := io.Pipe()
+		defer hold.Close()
+		var out bytes.Buffer
+		start := time.Now()
+		code, err := r.rt.Exec(ctx, "life", ExecProcess{Process: p, Stdin: stdin, Stdout: &out})
+		if err != nil || code != 4 || out.String() != "started\n" {
+			t.Fatalf("code %d err %v output %q", code, err, out.String())
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("exec took %v", d)
+		}
+	})
+	t.Run("a timed-out exec ends though a daemon it left holds its output", func(t *testing.T) {
+		defer r.mustExec("life", "sh", "-c", "pkill -f 'sleep 432[23]' || true")
+		done := make(chan error, 1)
+		go func() {
+			_, err := r.execSync("life", 2*time.Second, "sh", "-c", "sleep 4322 & sleep 4323")
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, errdefs.ErrDeadline) {
+				t.Fatalf("err = %v, want ErrDeadline", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("exec still running 20 s after its 2 s timeout")
+		}
+	})
 	t.Run("exec in unknown container", func(t *testing.T) {
 		_, err := r.rt.Exec(ctx, "nope", ExecProcess{Process: specs.Process{Args: []string{"true"}, Cwd: "/"}})
 		if !errors.Is(err, errdefs.ErrNotFound) {
@@ -352,19 +386,19 @@ func testLifecycle(t *testing.T, flavor Flavor) {
 		procStatus, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", st.Pid))
 		t.Fatalf("status after kill = %+v\n%s", st, procStatus)
 	}
-	if err := r.rt.Delete(ctx, "life", false); err != nil {
+	if err := r.rt.Delete(ctx, "life"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.state(ctx, "life"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("state after delete: %v", err)
 	}
-	if err := r.rt.Delete(ctx, "life", false); err != nil {
+	if err := r.rt.Delete(ctx, "life"); err != nil {
 		t.Errorf("second delete: %v", err)
 	}
 
 	t.Run("force delete of a running container", func(t *testing.T) {
 		r.start("force", sleeper(nil), nil)
-		if err := r.rt.Delete(ctx, "force", true); err != nil {
+		if err := r.rt.Delete(ctx, "force"); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := r.state(ctx, "force"); !errors.Is(err, errdefs.ErrNotFound) {

@@ -3,6 +3,7 @@ package oci
 import (
 	"context"
 	"io"
+	"os"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -23,21 +24,17 @@ type Runtime interface {
 	// DeleteArgv is `delete --force id`, run by the unit's ExecStopPost
 	// recorder.
 	DeleteArgv(id string) []string
-	// ExecArgv runs args in the foreground with the container's own
-	// process spec (user, environment, capabilities, cwd).
-	ExecArgv(id string, args []string) []string
-	// ExecProcessArgv runs the process in processFile (a specs.Process as
-	// JSON) in the foreground.
-	ExecProcessArgv(id, processFile string) []string
-	// StateArgv prints the runtime's state of the container as JSON.
-	StateArgv(id string) []string
-	// Exec runs p in the container and waits for it. ctx's deadline kills
-	// the exec'd process; the error then wraps errdefs.ErrDeadline. A non-zero
-	// exit code of the process is not an error.
+	// TerminalExec prepares p (a process with Terminal set) to run
+	// detached on a new terminal; the caller runs its Argv and closes it.
+	TerminalExec(id string, p specs.Process) (*TerminalExec, error)
+	// Exec runs p in the container and waits for it. ctx's end kills
+	// the exec'd process; on a deadline the error wraps errdefs.ErrDeadline.
+	// A non-zero exit code of the process is not an error; a runtime that
+	// could not start the process is.
 	Exec(ctx context.Context, id string, p ExecProcess) (exitCode int, err error)
-	// Delete removes the runtime's state; an unknown container is not an
-	// error. force kills a running container first.
-	Delete(ctx context.Context, id string, force bool) error
+	// Delete kills a running container and removes the runtime's state;
+	// an unknown container is not an error.
+	Delete(ctx context.Context, id string) error
 	// Update writes new limits into the container's own cgroup (runc's
 	// `update --resources -`): only the fields set in r change. A runtime
 	// whose containers have no cgroup of their own does nothing.
@@ -48,12 +45,25 @@ type Runtime interface {
 	OwnCgroup() bool
 }
 
-// ExecProcess is a process to run in a container, without a terminal
-// (terminal execs go through package streaming's helper).
+// ExecProcess is a process to run in a container without a terminal
+// (terminal execs: Runtime.TerminalExec).
 type ExecProcess struct {
 	// Process is what the runtime executes.
 	Process specs.Process
-	// Stdin may be nil.
+	// Stdin may be nil; the process sees EOF when it ends.
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
 }
+
+// TerminalExec is a prepared terminal exec: Argv runs the process detached,
+// the runtime sends the terminal's master to the unix socket ConsoleSocket
+// (which the caller must listen on first) and writes the process's PID to
+// PidFile. Close removes these files.
+type TerminalExec struct {
+	Argv                   []string
+	ConsoleSocket, PidFile string
+	dir                    string
+}
+
+// Close removes the exec's scratch files.
+func (t *TerminalExec) Close() error { return os.RemoveAll(t.dir) }

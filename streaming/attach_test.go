@@ -72,11 +72,11 @@ func TestAttachUnheldFIFO(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer outR.Close()
-	rt, rid := runcRun(t, busyboxBundle(t, "runc", []string{"sh"}, false), nil, in, outW)
+	rc := runcRun(t, busyboxBundle(t, "runc", []string{"sh"}, false), nil, in, outW)
 	in.Close()
 	outW.Close()
 	ctrs := &fakeContainers{}
-	tgt := Target{ID: "unheld", Running: true, Stdin: true, StdinPath: fifo, Runtime: rt}
+	tgt := Target{ID: "unheld", Running: true, Stdin: true, StdinPath: fifo}
 	ctrs.set(tgt)
 	s := startServer(t, Deps{Containers: ctrs, Pods: fakePods{}, Output: &pipeOutput{r: outR}})
 	for i, word := range []string{"one", "two"} {
@@ -89,7 +89,7 @@ func TestAttachUnheldFIFO(t *testing.T) {
 		readUntil(t, st.stdout, word+"\n", 10*time.Second)
 		st.stdin.Close()
 		st.status(t, 10*time.Second)
-		if got := runcStatus(rt, rid); got != "running" {
+		if got := rc.status(); got != "running" {
 			t.Fatalf("session %d: container %s", i, got)
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/podunit/podunit/oci"
 )
 
@@ -89,15 +91,21 @@ func busyboxBundleIn(t *testing.T, parent, runtime string, args []string, termin
 
 var ctrSeq atomic.Int32
 
+// testCtr is a container runcRun started.
+type testCtr struct {
+	rt       *oci.CLI
+	root, id string
+	bundle   string
+}
+
 // runcRun starts the bundle detached; the container inherits stdin and
-// stdout (nil: /dev/null). It returns the runtime and the ID.
-func runcRun(t *testing.T, bundle string, extra []string, stdin, stdout *os.File) (*oci.CLI, string) {
+// stdout (nil: /dev/null).
+func runcRun(t *testing.T, bundle string, extra []string, stdin, stdout *os.File) testCtr {
 	t.Helper()
-	id := fmt.Sprintf("st-%d-%d", os.Getpid(), ctrSeq.Add(1))
-	root := filepath.Join(t.TempDir(), "state")
-	rt := oci.NewRunc(oci.CLIConfig{Binary: "runc", Root: root})
-	args := append([]string{"--root", root, "run", "--detach", "-b", bundle}, extra...)
-	run := exec.Command("runc", append(args, id)...)
+	c := testCtr{id: fmt.Sprintf("st-%d-%d", os.Getpid(), ctrSeq.Add(1)), root: filepath.Join(t.TempDir(), "state"), bundle: bundle}
+	c.rt = oci.NewRunc(oci.CLIConfig{Binary: "runc", Root: c.root, ExecDir: t.TempDir()})
+	args := append([]string{"--root", c.root, "run", "--detach", "-b", bundle}, extra...)
+	run := exec.Command("runc", append(args, c.id)...)
 	if stdin != nil {
 		run.Stdin = stdin
 	}
@@ -117,16 +125,15 @@ func runcRun(t *testing.T, bundle string, extra []string, stdin, stdout *os.File
 		t.Fatalf("runc run: %v: %s", err, msg)
 	}
 	t.Cleanup(func() {
-		del := rt.DeleteArgv(id)
+		del := c.rt.DeleteArgv(c.id)
 		exec.Command(del[0], del[1:]...).Run()
 	})
-	return rt, id
+	return c
 }
 
-// runcStatus is the runtime's status of the container.
-func runcStatus(rt *oci.CLI, id string) string {
-	argv := rt.StateArgv(id)
-	out, err := exec.Command(argv[0], argv[1:]...).Output()
+// status is the runtime's status of the container.
+func (c testCtr) status() string {
+	out, err := exec.Command("runc", "--root", c.root, "state", c.id).Output()
 	if err != nil {
 		return "gone"
 	}
@@ -137,59 +144,87 @@ func runcStatus(rt *oci.CLI, id string) string {
 	return st.Status
 }
 
-func TestCLIExecutorRealRuntime(t *testing.T) {
-	for _, runtime := range []string{"runc"} {
-		t.Run(runtime, func(t *testing.T) {
-			rt, id := runcRun(t, busyboxBundle(t, runtime, []string{"sleep", "1000"}, false), nil, nil, nil)
-			tgt := Target{ID: id, Running: true, Runtime: rt}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			e := CLIExecutor{Helper: testHelper()}
+// terminal runs args in the container on a terminal the way
+// container.Manager.Exec does: the container's process with new
+// arguments.
+func (c testCtr) terminal(ctx context.Context, p ExecProcess) (int, error) {
+	spec, err := oci.ReadBundle(c.bundle)
+	if err != nil {
+		return -1, err
+	}
+	proc := *spec.Process
+	proc.Args = p.Args
+	proc.Terminal = true
+	return RunTerminal(ctx, testHelper(), p, func(size *WinSize) (*oci.TerminalExec, error) {
+		if size != nil {
+			proc.ConsoleSize = &specs.Box{Height: uint(size.Height), Width: uint(size.Width)}
+		}
+		return c.rt.TerminalExec(c.id, proc)
+	})
+}
 
-			var out, errb bytes.Buffer
-			code, err := e.Exec(ctx, tgt, ExecProcess{Args: []string{"sh", "-c", "echo hello $MARK; echo oops >&2; exit 3"}, Stdout: &out, Stderr: &errb})
-			if err != nil || code != 3 || out.String() != "hello from-spec\n" || errb.String() != "oops\n" {
-				t.Fatalf("pipes: code %d err %v stdout %q stderr %q", code, err, out.String(), errb.String())
-			}
+func TestRunTerminalRealRuntime(t *testing.T) {
+	c := runcRun(t, busyboxBundle(t, "runc", []string{"sleep", "1000"}, false), nil, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 
-			out.Reset()
-			code, err = e.Exec(ctx, tgt, ExecProcess{Args: []string{"wc", "-c"}, Stdin: strings.NewReader(strings.Repeat("x", 100000)), Stdout: &out})
-			if err != nil || code != 0 || strings.TrimSpace(out.String()) != "100000" {
-				t.Fatalf("stdin: code %d err %v stdout %q", code, err, out.String())
-			}
+	var out bytes.Buffer
+	rs := make(chan WinSize, 1)
+	rs <- WinSize{Width: 100, Height: 40}
+	code, err := c.terminal(ctx, ExecProcess{Args: []string{"sh", "-c", "echo hello $MARK; stty size"}, TTY: true, Stdout: &out, Resize: rs})
+	if err != nil || code != 0 || out.String() != "hello from-spec\r\n40 100\r\n" {
+		t.Fatalf("tty: code %d err %v stdout %q", code, err, out.String())
+	}
 
-			out.Reset()
-			rs := make(chan WinSize, 1)
-			rs <- WinSize{Width: 100, Height: 40}
-			code, err = e.Exec(ctx, tgt, ExecProcess{Args: []string{"sh", "-c", "echo hello; stty size"}, TTY: true, Stdout: &out, Resize: rs})
-			if err != nil || code != 0 || out.String() != "hello\r\n40 100\r\n" {
-				t.Fatalf("tty: code %d err %v stdout %q", code, err, out.String())
-			}
+	// An interactive shell resized mid-session.
+	rs = make(chan WinSize, 2)
+	rs <- WinSize{Width: 80, Height: 24}
+	inR, inW := io.Pipe()
+	sb := &syncBuffer{}
+	res := make(chan error, 1)
+	go func() {
+		code, err := c.terminal(ctx, ExecProcess{Args: []string{"sh"}, TTY: true, Stdin: inR, Stdout: sb, Resize: rs})
+		if err == nil && code != 5 {
+			err = fmt.Errorf("exit code %d, want 5", code)
+		}
+		res <- err
+	}()
+	io.WriteString(inW, "stty size\n")
+	waitFor(t, sb, "24 80")
+	rs <- WinSize{Width: 132, Height: 43}
+	time.Sleep(200 * time.Millisecond)
+	io.WriteString(inW, "stty size; exit 5\n")
+	waitFor(t, sb, "43 132")
+	if err := <-res; err != nil {
+		t.Fatalf("interactive: %v: %q", err, sb.String())
+	}
+	inW.Close()
 
-			// An interactive shell resized mid-session.
-			rs = make(chan WinSize, 2)
-			rs <- WinSize{Width: 80, Height: 24}
-			inR, inW := io.Pipe()
-			sb := &syncBuffer{}
-			res := make(chan error, 1)
-			go func() {
-				code, err := e.Exec(ctx, tgt, ExecProcess{Args: []string{"sh"}, TTY: true, Stdin: inR, Stdout: sb, Resize: rs})
-				if err == nil && code != 5 {
-					err = fmt.Errorf("exit code %d, want 5", code)
-				}
-				res <- err
-			}()
-			io.WriteString(inW, "stty size\n")
-			waitFor(t, sb, "24 80")
-			rs <- WinSize{Width: 132, Height: 43}
-			time.Sleep(200 * time.Millisecond)
-			io.WriteString(inW, "stty size; exit 5\n")
-			waitFor(t, sb, "43 132")
-			if err := <-res; err != nil {
-				t.Fatalf("interactive: %v: %q", err, sb.String())
-			}
-			inW.Close()
-		})
+	// A command the runtime cannot start is an error, and the exec's
+	// scratch files go.
+	_, err = c.terminal(ctx, ExecProcess{Args: []string{"/no/such/binary"}, TTY: true, Stdout: io.Discard})
+	if err == nil {
+		t.Fatal("exec of a missing binary succeeded")
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(filepath.Dir(c.root)), "*", "exec-*")); len(left) > 0 {
+		t.Errorf("scratch files left: %v", left)
+	}
+}
+
+func TestParseHelperArgs(t *testing.T) {
+	h, err := parseHelperArgs([]string{"--console-socket=/x/s", "--pid-file=/x/p", "--size=40x100", "--", "runc", "exec", "--size=1x1"})
+	if err != nil || h.sock != "/x/s" || h.pidFile != "/x/p" || *h.size != (WinSize{Height: 40, Width: 100}) || strings.Join(h.argv, " ") != "runc exec --size=1x1" {
+		t.Fatalf("got %+v, %v", h, err)
+	}
+	for _, bad := range [][]string{
+		{"--pid-file=/x/p", "--", "runc"},
+		{"--console-socket=/x/s", "--pid-file=/x/p", "--"},
+		{"--console-socket=/x/s", "--pid-file=/x/p", "runc"},
+		{"--console-socket=/x/s", "--pid-file=/x/p", "--size=big", "--", "runc"},
+	} {
+		if _, err := parseHelperArgs(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }
 

@@ -1,21 +1,16 @@
 package streaming
 
 import (
-	"bufio"
 	"bytes"
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
@@ -32,10 +27,9 @@ const ExecHelperName = "_exec-tty"
 // exec, is the subreaper: it runs the runtime, passes the master back on
 // fd 3, waits for the command and writes "exit <code>" on fd 3.
 
-// ExecHelperMain is the helper's body: args are the runtime command line
-// up to and including "exec" options, then the container ID and command;
-// it inserts the detach and console options itself. It returns the
-// process exit code for the helper.
+// ExecHelperMain is the helper's body: args are --console-socket=PATH,
+// --pid-file=PATH, optionally --size=HxW, then "--" and the runtime's
+// command line (oci.TerminalExec). It returns the helper's exit code.
 func ExecHelperMain(args []string) int {
 	ctl := os.NewFile(3, "control")
 	if err := execHelper(ctl, args); err != nil {
@@ -45,38 +39,56 @@ func ExecHelperMain(args []string) int {
 	return 0
 }
 
-func execHelper(ctl *os.File, args []string) error {
-	// The first terminal size is set the moment the master arrives,
+// helperArgs is the helper's parsed command line.
+type helperArgs struct {
+	sock, pidFile string
+	// size is the first terminal size, set the moment the master arrives,
 	// before the runtime has usually exec'd the command.
-	var size *WinSize
-	if len(args) > 0 && strings.HasPrefix(args[0], "--size=") {
-		var ws WinSize
-		if _, err := fmt.Sscanf(args[0], "--size=%dx%d", &ws.Height, &ws.Width); err != nil {
-			return fmt.Errorf("bad %s", args[0])
+	size *WinSize
+	argv []string
+}
+
+func parseHelperArgs(args []string) (helperArgs, error) {
+	var h helperArgs
+	for i, a := range args {
+		switch {
+		case a == "--":
+			h.argv = args[i+1:]
+			if h.sock == "" || h.pidFile == "" || len(h.argv) == 0 {
+				return h, errors.New("usage: --console-socket=PATH --pid-file=PATH [--size=HxW] -- RUNTIME-ARGV")
+			}
+			return h, nil
+		case strings.HasPrefix(a, "--console-socket="):
+			h.sock = strings.TrimPrefix(a, "--console-socket=")
+		case strings.HasPrefix(a, "--pid-file="):
+			h.pidFile = strings.TrimPrefix(a, "--pid-file=")
+		case strings.HasPrefix(a, "--size="):
+			var ws WinSize
+			if _, err := fmt.Sscanf(a, "--size=%dx%d", &ws.Height, &ws.Width); err != nil {
+				return h, fmt.Errorf("bad %s", a)
+			}
+			h.size = &ws
+		default:
+			return h, fmt.Errorf("unknown argument %q", a)
 		}
-		size, args = &ws, args[1:]
+	}
+	return h, errors.New("no runtime command line after --")
+}
+
+func execHelper(ctl *os.File, args []string) error {
+	h, err := parseHelperArgs(args)
+	if err != nil {
+		return err
 	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("become subreaper: %w", err)
 	}
-	i := indexOf(args, "exec")
-	if i < 0 {
-		return errors.New("no exec in runtime command line")
-	}
-	dir, err := os.MkdirTemp("", "podunit-exec-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	sock := filepath.Join(dir, "console.sock")
-	pidFile := filepath.Join(dir, "pid")
-	lis, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	lis, err := net.ListenUnix("unix", &net.UnixAddr{Name: h.sock, Net: "unix"})
 	if err != nil {
 		return err
 	}
 	defer lis.Close()
-	argv := append(append([]string{}, args[:i+1]...), "--detach", "--tty", "--console-socket", sock, "--pid-file", pidFile)
-	argv = append(argv, args[i+1:]...)
+	argv, size, pidFile := h.argv, h.size, h.pidFile
 	rt := exec.Command(argv[0], argv[1:]...)
 	var rterr bytes.Buffer
 	rt.Stderr = &rterr
@@ -143,15 +155,6 @@ func execHelper(ctl *os.File, args []string) error {
 	}
 }
 
-func indexOf(v []string, s string) int {
-	for i, x := range v {
-		if x == s {
-			return i
-		}
-	}
-	return -1
-}
-
 // recvFD accepts one connection and reads one descriptor sent with
 // SCM_RIGHTS (runc and crun send the master this way).
 func recvFD(lis *net.UnixListener) (*os.File, error) {
@@ -185,142 +188,4 @@ func recvFD(lis *net.UnixListener) (*os.File, error) {
 	}
 	unix.CloseOnExec(fds[0])
 	return os.NewFile(uintptr(fds[0]), "pty-master"), nil
-}
-
-// runTTYHelper runs a TTY exec through the helper.
-func runTTYHelper(ctx context.Context, helper []string, t Target, p ExecProcess) (int, error) {
-	args := append([]string{}, helper[1:]...)
-	argv := t.Runtime.ExecArgv(t.ID, p.Args)
-	// The client sends its terminal size right after connecting; the
-	// command should start with it (a shell reads it once at start).
-	select {
-	case s, ok := <-p.Resize:
-		if ok && s.Width > 0 && s.Height > 0 {
-			args = append(args, fmt.Sprintf("--size=%dx%d", s.Height, s.Width))
-			if path, err := sizedProcess(ctx, t, p.Args, s); err == nil {
-				defer os.Remove(path)
-				argv = t.Runtime.ExecProcessArgv(t.ID, path)
-			}
-		}
-	case <-time.After(100 * time.Millisecond):
-	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return -1, err
-	}
-	ours := os.NewFile(uintptr(fds[0]), "exec-control")
-	theirs := os.NewFile(uintptr(fds[1]), "exec-control-peer")
-	defer ours.Close()
-	cmd := exec.Command(helper[0], append(args, argv...)...)
-	cmd.ExtraFiles = []*os.File{theirs}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err = cmd.Start()
-	theirs.Close()
-	if err != nil {
-		return -1, fmt.Errorf("start exec helper: %w", err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
-	conn, err := net.FileConn(ours)
-	if err != nil {
-		cmd.Process.Kill()
-		<-waited
-		return -1, err
-	}
-	defer conn.Close()
-	uc := conn.(*net.UnixConn)
-	stop := context.AfterFunc(ctx, func() { uc.Close(); cmd.Process.Kill() })
-	defer stop()
-
-	buf := make([]byte, 16)
-	oob := make([]byte, unix.CmsgSpace(4))
-	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
-	if err != nil || n == 0 {
-		werr := <-waited
-		if ctx.Err() != nil {
-			return -1, ctx.Err()
-		}
-		return -1, fmt.Errorf("exec: %s (%v)", strings.TrimSpace(stderr.String()), errors.Join(err, werr))
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) == 0 {
-		cmd.Process.Kill()
-		<-waited
-		return -1, fmt.Errorf("exec helper sent no terminal")
-	}
-	mfds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(mfds) == 0 {
-		cmd.Process.Kill()
-		<-waited
-		return -1, fmt.Errorf("exec helper sent no terminal")
-	}
-	master, err := adopt(os.NewFile(uintptr(mfds[0]), "exec-pty"), "exec-pty")
-	if err != nil {
-		cmd.Process.Kill()
-		<-waited
-		return -1, err
-	}
-	defer master.Close()
-
-	stopRelay, copied := relayTerminal(master, p)
-	defer stopRelay()
-
-	line, rerr := bufio.NewReader(uc).ReadString('\n')
-	werr := <-waited
-	if ctx.Err() != nil {
-		return -1, ctx.Err()
-	}
-	code, perr := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "exit ")))
-	if rerr != nil || perr != nil || !strings.HasPrefix(line, "exit ") {
-		return -1, fmt.Errorf("exec: %s (%v)", strings.TrimSpace(stderr.String()), errors.Join(rerr, werr))
-	}
-	select {
-	case <-copied:
-	case <-time.After(drainTimeout):
-	}
-	return code, nil
-}
-
-// sizedProcess writes the process an exec runs with the container's own
-// process spec (as the runtime would derive it from the bundle) plus a
-// console size, so the terminal has its size before the command starts.
-func sizedProcess(ctx context.Context, t Target, args []string, size WinSize) (string, error) {
-	argv := t.Runtime.StateArgv(t.ID)
-	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).Output()
-	if err != nil {
-		return "", err
-	}
-	var st struct {
-		Bundle string `json:"bundle"`
-	}
-	if err := json.Unmarshal(out, &st); err != nil || st.Bundle == "" {
-		return "", fmt.Errorf("runtime state has no bundle: %v", err)
-	}
-	raw, err := os.ReadFile(filepath.Join(st.Bundle, "config.json"))
-	if err != nil {
-		return "", err
-	}
-	var spec specs.Spec
-	if err := json.Unmarshal(raw, &spec); err != nil || spec.Process == nil {
-		return "", fmt.Errorf("bundle config: %v", err)
-	}
-	proc := *spec.Process
-	proc.Args = args
-	proc.Terminal = true
-	proc.ConsoleSize = &specs.Box{Height: uint(size.Height), Width: uint(size.Width)}
-	data, err := json.Marshal(&proc)
-	if err != nil {
-		return "", err
-	}
-	f, err := os.CreateTemp("", "podunit-exec-*.json")
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	if _, err := f.Write(data); err != nil {
-		os.Remove(f.Name())
-		return "", err
-	}
-	return f.Name(), nil
 }

@@ -58,6 +58,9 @@ func (f fakePods) NetNSPath(_ context.Context, id string) (string, error) {
 
 func startServer(t *testing.T, d Deps) *Server {
 	t.Helper()
+	if d.Exec == nil {
+		d.Exec = &fakeExec{}
+	}
 	s, err := New(Config{Address: config.Default().Streaming.Address}, d)
 	if err != nil {
 		t.Fatal(err)

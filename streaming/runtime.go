@@ -16,9 +16,6 @@ import (
 type Target struct {
 	ID      string
 	Running bool
-	// Runtime builds the command lines of the OCI runtime the container
-	// was created with.
-	Runtime RuntimeArgv
 	// Stdin is the container config's value.
 	Stdin bool
 	// StdinPath is the container's stdin FIFO, where attach input goes
@@ -33,13 +30,6 @@ type Target struct {
 	// of an attachable container: its output byte for byte, partial lines
 	// included, which the journal only has once a line is complete.
 	TapDir string
-}
-
-// RuntimeArgv builds a container's OCI runtime command lines (oci.Runtime).
-type RuntimeArgv interface {
-	ExecArgv(id string, args []string) []string
-	ExecProcessArgv(id, processFile string) []string
-	StateArgv(id string) []string
 }
 
 // Containers looks containers up for exec and attach. An unknown ID must
@@ -71,9 +61,10 @@ type ExecProcess struct {
 }
 
 // Executor runs a process in a running container and returns its exit
-// code once it has ended and its output has been written.
+// code once it has ended and its output has been written. An unknown
+// container must wrap errdefs.ErrNotFound.
 type Executor interface {
-	Exec(ctx context.Context, t Target, p ExecProcess) (exitCode int, err error)
+	Exec(ctx context.Context, id string, p ExecProcess) (exitCode int, err error)
 }
 
 // handler is the cri-streaming library's Runtime.
@@ -135,7 +126,7 @@ func (h *handler) Exec(ctx context.Context, id string, cmd []string, in io.Reade
 	if errw != nil {
 		p.Stderr = errw
 	}
-	code, err := h.d.Exec.Exec(ctx, t, p)
+	code, err := h.d.Exec.Exec(ctx, t.ID, p)
 	if err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ type Config struct {
 type Deps struct {
 	Containers Containers
 	Pods       Pods
-	// Exec runs commands in containers; nil uses CLIExecutor.
+	// Exec runs commands in containers (container.Manager).
 	Exec Executor
 	// Output follows non-TTY output for attach; nil uses JournalFollower.
 	Output OutputSource
@@ -64,14 +64,11 @@ type Server struct {
 // New listens on cfg.Address and prepares the server; the URLs it hands
 // out already carry the real port.
 func New(cfg Config, d Deps) (*Server, error) {
-	if d.Containers == nil || d.Pods == nil {
-		return nil, fmt.Errorf("streaming: Containers and Pods are required: %w", errdefs.ErrInvalid)
+	if d.Containers == nil || d.Pods == nil || d.Exec == nil {
+		return nil, fmt.Errorf("streaming: Containers, Pods and Exec are required: %w", errdefs.ErrInvalid)
 	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()
-	}
-	if d.Exec == nil {
-		d.Exec = CLIExecutor{}
 	}
 	if d.Output == nil {
 		d.Output = JournalFollower{}

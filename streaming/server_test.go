@@ -21,9 +21,9 @@ import (
 
 type fakeExec struct{}
 
-func (f *fakeExec) Exec(ctx context.Context, t Target, p ExecProcess) (int, error) {
+func (f *fakeExec) Exec(ctx context.Context, id string, p ExecProcess) (int, error) {
 	if p.Stdout != nil {
-		fmt.Fprintf(p.Stdout, "ran %s in %s\n", strings.Join(p.Args, " "), t.ID)
+		fmt.Fprintf(p.Stdout, "ran %s in %s\n", strings.Join(p.Args, " "), id)
 	}
 	if p.Stdin != nil {
 		b, _ := io.ReadAll(p.Stdin)

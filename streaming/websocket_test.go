@@ -56,7 +56,7 @@ func wsStream(t *testing.T, rawURL string, opts remotecommand.StreamOptions) err
 // ttyExec reports the terminal sizes it is given, then echoes stdin.
 type ttyExec struct{}
 
-func (ttyExec) Exec(ctx context.Context, t Target, p ExecProcess) (int, error) {
+func (ttyExec) Exec(ctx context.Context, id string, p ExecProcess) (int, error) {
 	if !p.TTY || p.Resize == nil {
 		return 1, fmt.Errorf("tty %v resize %v", p.TTY, p.Resize != nil)
 	}

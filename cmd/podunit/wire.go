@@ -188,7 +188,9 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	if s.stream, err = startStreaming(cfg, s, storedFDs, log); err != nil {
 		return nil, err
 	}
-	startEvents(ctx, s, s.hub, log)
+	if err := startEvents(ctx, cfg, s, s.hub, log); err != nil {
+		return nil, err
+	}
 	reader, err := stats.Host()
 	if err != nil {
 		return nil, fmt.Errorf("cgroup stats: %w", err)

@@ -57,16 +57,12 @@ func (s statsSource) StatsPods(ctx context.Context) ([]cristats.Pod, error) {
 
 // startStreaming builds the exec/attach/port-forward server.
 func startStreaming(cfg *config.Config, s *services, stored []*os.File, log *slog.Logger) (*streaming.Server, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
 	streaming.ReleaseStored(stored, streaming.NotifyFDStore{}, log.With("component", "streaming"))
 	srv, err := streaming.New(streaming.Config{
 		Address: cfg.Streaming.Address, TLSCert: cfg.Streaming.TLSCert, TLSKey: cfg.Streaming.TLSKey,
 	}, streaming.Deps{
 		Containers: s.ctrs, Pods: podNetNS{s.pods},
-		Exec:   streaming.CLIExecutor{Helper: []string{self, streaming.ExecHelperName}},
+		Exec:   s.ctrs,
 		Output: streaming.JournalFollower{},
 		Logger: log.With("component", "streaming"),
 	})
@@ -83,17 +79,22 @@ func startStreaming(cfg *config.Config, s *services, stored []*os.File, log *slo
 
 // startEvents subscribes to systemd's unit signals and translates them to
 // CRI container events.
-func startEvents(ctx context.Context, s *services, hub *events.Hub, log *slog.Logger) {
+func startEvents(ctx context.Context, cfg *config.Config, s *services, hub *events.Hub, log *slog.Logger) error {
 	w := systemd.NewWatcher(systemd.WatchOptions{
 		Match:  func(u string) bool { return strings.HasPrefix(u, container.UnitPrefix) },
 		Logger: log.With("component", "unit-watcher"),
 	})
-	tr := events.NewTranslator(events.TranslatorOptions{
+	tr, err := events.NewTranslator(events.TranslatorOptions{
 		Units: w.Events(), Containers: s.ctrs, Systemd: s.systemd,
-		UnitPattern: container.UnitPrefix + "*.service", Hub: hub, Logger: log.With("component", "events"),
+		UnitPattern: container.UnitPrefix + "*.service", Hub: hub,
+		CallTimeout: time.Duration(cfg.Systemd.CallTimeout), Logger: log.With("component", "events"),
 	})
+	if err != nil {
+		return err
+	}
 	go func() { _ = w.Run(ctx) }()
 	go func() { _ = tr.Run(ctx) }()
+	return nil
 }
 
 func statsDeps(s *services, reader *stats.Reader, hub *events.Hub, storageRoot string) cri.StatsDeps {
