@@ -86,7 +86,13 @@ func newRig(tb testing.TB) *rig {
 	}
 	tb.Cleanup(r.sd.Close)
 	r.sub = r.hub.Subscribe()
-	w := systemd.NewWatcher(systemd.WatchOptions{Match: func(u string) bool { return strings.HasPrefix(u, prefix) }})
+	w, err := systemd.NewWatcher(systemd.WatchOptions{
+		Match:       func(u string) bool { return strings.HasPrefix(u, prefix) },
+		CallTimeout: time.Duration(config.Default().Systemd.CallTimeout),
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	units, subscribed := make(chan systemd.UnitEvent), make(chan struct{})
 	tr, err := events.NewTranslator(events.TranslatorOptions{
 		Units: units, Containers: r.ctrs, Systemd: r.sd, UnitPattern: prefix + "*.service", Hub: r.hub,

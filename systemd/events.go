@@ -96,7 +96,8 @@ type WatchOptions struct {
 	// Buffer is the event queue length; when it is full, events are
 	// replaced by one Resync. Default 4096.
 	Buffer int
-	// CallTimeout bounds AddMatch and Subscribe calls. Default 10 s.
+	// CallTimeout bounds AddMatch and Subscribe calls (systemd.call_timeout);
+	// required.
 	CallTimeout time.Duration
 	// MinBackoff and MaxBackoff pace reconnection attempts.
 	MinBackoff, MaxBackoff time.Duration
@@ -135,12 +136,12 @@ type Watcher struct {
 }
 
 // NewWatcher prepares a watcher; nothing happens until Run.
-func NewWatcher(opts WatchOptions) *Watcher {
+func NewWatcher(opts WatchOptions) (*Watcher, error) {
+	if opts.CallTimeout <= 0 {
+		return nil, fmt.Errorf("unit watcher: CallTimeout is required: %w", errdefs.ErrInvalid)
+	}
 	if opts.Buffer <= 0 {
 		opts.Buffer = 4096
-	}
-	if opts.CallTimeout <= 0 {
-		opts.CallTimeout = 10 * time.Second
 	}
 	if opts.MinBackoff <= 0 {
 		opts.MinBackoff = 100 * time.Millisecond
@@ -154,7 +155,7 @@ func NewWatcher(opts WatchOptions) *Watcher {
 	if opts.Dial == nil {
 		opts.Dial = dialSystemBus
 	}
-	return &Watcher{opts: opts, out: make(chan UnitEvent, opts.Buffer), log: opts.Logger, units: map[string]*UnitState{}}
+	return &Watcher{opts: opts, out: make(chan UnitEvent, opts.Buffer), log: opts.Logger, units: map[string]*UnitState{}}, nil
 }
 
 func dialSystemBus(ctx context.Context) (*godbus.Conn, error) {

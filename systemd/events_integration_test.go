@@ -19,10 +19,13 @@ func TestWatcherAgainstRealSystemd(t *testing.T) {
 	h := harness.Start(t, harness.Options{})
 	// The default dialer must honour DBUS_SYSTEM_BUS_ADDRESS.
 	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", h.BusAddress())
-	w := systemd.NewWatcher(systemd.WatchOptions{
+	w, err := systemd.NewWatcher(systemd.WatchOptions{
 		Match:      func(u string) bool { return strings.HasPrefix(u, "evtest-") },
-		MaxBackoff: 500 * time.Millisecond,
+		MaxBackoff: 500 * time.Millisecond, CallTimeout: 10 * time.Second,
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	godbus "github.com/godbus/dbus/v5"
 )
@@ -107,7 +108,10 @@ func propsSignal(unit, iface string, props map[string]godbus.Variant) *godbus.Si
 }
 
 func TestWatcherHandleAndOverflow(t *testing.T) {
-	w := NewWatcher(WatchOptions{Buffer: 3, Match: func(u string) bool { return u != "other.service" }})
+	w, err := NewWatcher(WatchOptions{Buffer: 3, CallTimeout: time.Second, Match: func(u string) bool { return u != "other.service" }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	w.handle(propsSignal("c1.service", sdUnitIface, map[string]godbus.Variant{"ActiveState": v("active")}))
 	w.handle(propsSignal("other.service", sdUnitIface, map[string]godbus.Variant{"ActiveState": v("active")}))
 	w.handle(&godbus.Signal{Name: sdManager + ".JobRemoved", Path: sdPath, Body: []any{uint32(4), godbus.ObjectPath("/j/4"), "c1.service", "done"}})

@@ -80,10 +80,14 @@ func startStreaming(cfg *config.Config, s *services, stored []*os.File, log *slo
 // startEvents subscribes to systemd's unit signals and translates them to
 // CRI container events.
 func startEvents(ctx context.Context, cfg *config.Config, s *services, hub *events.Hub, log *slog.Logger) error {
-	w := systemd.NewWatcher(systemd.WatchOptions{
-		Match:  func(u string) bool { return strings.HasPrefix(u, container.UnitPrefix) },
-		Logger: log.With("component", "unit-watcher"),
+	w, err := systemd.NewWatcher(systemd.WatchOptions{
+		Match:       func(u string) bool { return strings.HasPrefix(u, container.UnitPrefix) },
+		CallTimeout: time.Duration(cfg.Systemd.CallTimeout),
+		Logger:      log.With("component", "unit-watcher"),
 	})
+	if err != nil {
+		return err
+	}
 	tr, err := events.NewTranslator(events.TranslatorOptions{
 		Units: w.Events(), Containers: s.ctrs, Systemd: s.systemd,
 		UnitPattern: container.UnitPrefix + "*.service", Hub: hub,

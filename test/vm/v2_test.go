@@ -160,7 +160,10 @@ func TestV2StatsAndUpdate(t *testing.T) {
 
 func watch(t *testing.T) *systemd.Watcher {
 	t.Helper()
-	w := systemd.NewWatcher(systemd.WatchOptions{Match: func(u string) bool { return strings.HasPrefix(u, "podunit-vmtest-") }})
+	w, err := systemd.NewWatcher(systemd.WatchOptions{CallTimeout: 30 * time.Second, Match: func(u string) bool { return strings.HasPrefix(u, "podunit-vmtest-") }})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { _ = w.Run(ctx) }()
 	t.Cleanup(cancel)
