@@ -59,7 +59,8 @@ DIGEST_SPEC='public image with digest should be pulled and removed'
 require_root
 # one run at a time on a machine: runs share host ports 12000-12003, the
 # pu-test0 bridge, the CNI chains and the output directory
-exec 9>"/run/lock/podunit-critest.lock" 2>/dev/null || exec 9>"/tmp/podunit-critest.lock"
+# (braces: a bare `exec 9>F 2>/dev/null` would send the script's stderr to /dev/null for good)
+{ exec 9>"/run/lock/podunit-critest.lock"; } 2>/dev/null || exec 9>"/tmp/podunit-critest.lock"
 if ! flock -n 9; then
 	log "another critest run holds the lock; waiting for it"
 	flock 9
