@@ -39,6 +39,7 @@ func OptionsFromConfig(cfg *config.Config, log *slog.Logger) (Options, error) {
 		DefaultHandler: cfg.Runtime.DefaultHandler,
 		Caps:           caps,
 		Host:           host,
+		NoJournal:      !cfg.Logs.Journald,
 		Logger:         log,
 	}, nil
 }
