@@ -59,6 +59,10 @@ func TestInHarness(t *testing.T) {
 	t.Run("OwnCgroupLimits", func(t *testing.T) { ie.ownLimits(ctx, t) })
 	t.Run("CrunHandler", func(t *testing.T) { ie.crun(ctx, t) })
 	t.Run("LogRelayKilled", func(t *testing.T) { ie.relayKilled(ctx, t) })
+	t.Run("LogCRIFile", func(t *testing.T) { ie.criFile(ctx, t) })
+	t.Run("LogBurst100k", func(t *testing.T) { ie.burst(ctx, t) })
+	t.Run("LogRelayKilledMidBurst", func(t *testing.T) { ie.relayKilledMidBurst(ctx, t) })
+	t.Run("LogReopenMidBurst", func(t *testing.T) { ie.reopenMidBurst(ctx, t) })
 	t.Run("FastPaths", func(t *testing.T) { ie.fastPaths(ctx, t) })
 	t.Run("Lifecycle200", func(t *testing.T) { ie.churn(ctx, t, 200) })
 }
