@@ -209,8 +209,7 @@ func (m *Manager) RemovePodContainers(ctx context.Context, podID string) error {
 	return m.forPod(ctx, podID, m.Remove)
 }
 
-// Wait blocks until the container is no longer running or ctx ends; tests
-// and the log follower use it.
+// Wait blocks until the container is no longer running or ctx ends.
 func (m *Manager) Wait(ctx context.Context, id string) error {
 	for {
 		st, _, err := m.Status(ctx, id, false)

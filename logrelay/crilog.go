@@ -21,17 +21,17 @@ import (
 // line by line, in the format logs.AppendCRI makes.
 //
 // Exactly once across a relay SIGKILL: the pipes stay in systemd's fd store,
-// so what the relay has not read is still there; what it has read must be
-// in the file or recoverable. Before each write to the log file the stream
-// saves a record (a file in the relay's state dir, on tmpfs: a process
-// kill does not lose it, and no fsync is paid per chunk) holding the bytes
-// about to be written, the file offset they go to, and the unterminated
-// tail it keeps for the next read. A restarted relay finishes a write the
-// kill interrupted (the file is shorter than offset+length) and resumes
-// with the saved tail, so a line straddling two reads is neither cut nor
-// repeated. The log file itself is in the fd store too: a kill between
-// the kubelet's rename and ReopenContainerLog still finds the file the
-// record speaks of.
+// so what the relay has not taken from them is still there. It takes bytes
+// with splice(2) into a spool file per stream (tmpfs: a process kill does
+// not lose it, no fsync is paid), so nothing it took lives only in its
+// memory. Before each write to the log file the stream saves a record
+// holding the bytes about to be written, the file offset they go to, and
+// how far into the spool they reach. A restarted relay finishes a write
+// the kill interrupted (the file is shorter than offset+length) and goes
+// on from the recorded spool offset: a line straddling two reads (the
+// spool's tail) is neither cut nor repeated. The log file itself is in the
+// fd store too: a kill between the kubelet's rename and ReopenContainerLog
+// still finds the file the record speaks of.
 
 // logFile is a container's CRI log file, shared by its two streams.
 type logFile struct {
@@ -126,11 +126,11 @@ func (lf *logFile) use(f *os.File) error {
 // lets a restarted relay finish it. A failed write is cut back so the file
 // ends on a line boundary; its lines are lost for the CRI file (the
 // container is not blocked: a full /var/log/pods must not stop the pod).
-func (lf *logFile) write(b []byte, rec *recorder, tail []byte) error {
+func (lf *logFile) write(b []byte, rec *recorder, gen uint64, consumed int64) error {
 	lf.mu.Lock()
 	defer lf.mu.Unlock()
 	if rec != nil {
-		if err := rec.save(lf.dev, lf.ino, lf.size, b, tail); err != nil {
+		if err := rec.save(lf.dev, lf.ino, lf.size, b, gen, consumed); err != nil {
 			return err
 		}
 	}
@@ -153,6 +153,7 @@ type criStream struct {
 	stream  logs.Stream
 	lf      *logFile
 	rec     *recorder
+	sp      *spool // nil: bytes come straight from the pipe (tests)
 	pending []byte // the unterminated tail of what was read so far
 	buf     []byte
 }
@@ -190,13 +191,23 @@ func (c *criStream) take(chunk []byte, eof bool, now time.Time) error {
 		b = logs.AppendCRI(b, now, c.stream, data, false)
 		data = nil
 	}
+	taken := len(chunk) - len(data)
+	if len(c.pending) > 0 {
+		taken = len(c.pending) - len(data)
+	}
 	// data may alias pending: move it to the front.
 	c.pending = append(c.pending[:0], data...)
 	c.buf = b
 	if len(b) == 0 && len(chunk) == 0 {
 		return nil
 	}
-	return c.lf.write(b, c.rec, c.pending)
+	var gen uint64
+	var consumed int64
+	if c.sp != nil {
+		c.sp.consumed += int64(taken)
+		gen, consumed = c.sp.gen, c.sp.consumed
+	}
+	return c.lf.write(b, c.rec, gen, consumed)
 }
 
 // recorder keeps a stream's write-ahead record in two alternating slots
@@ -208,8 +219,8 @@ type recorder struct {
 }
 
 const (
-	recMagic   = "PUL1"
-	recHdrSize = 4 + 8 + 8 + 8 + 8 + 4 + 4 + 4
+	recMagic   = "PUL2"
+	recHdrSize = 4 + 8 + 8 + 8 + 8 + 8 + 8 + 4 + 4
 )
 
 // record is what a stream saved before its last write.
@@ -218,7 +229,8 @@ type record struct {
 	dev, ino uint64
 	off      int64
 	data     []byte // the bytes written at off
-	tail     []byte // the unterminated tail kept for the next read
+	gen      uint64 // the spool generation in use
+	consumed int64  // how much of that spool data covers
 }
 
 func recordPaths(base string) [2]string { return [2]string{base + ".0", base + ".1"} }
@@ -247,7 +259,7 @@ func openRecorder(base string) (*recorder, *record, error) {
 	return r, newest, nil
 }
 
-func (r *recorder) save(dev, ino uint64, off int64, data, tail []byte) error {
+func (r *recorder) save(dev, ino uint64, off int64, data []byte, gen uint64, consumed int64) error {
 	r.seq++
 	h := r.hdr[:0]
 	h = append(h, recMagic...)
@@ -255,13 +267,12 @@ func (r *recorder) save(dev, ino uint64, off int64, data, tail []byte) error {
 	h = binary.LittleEndian.AppendUint64(h, dev)
 	h = binary.LittleEndian.AppendUint64(h, ino)
 	h = binary.LittleEndian.AppendUint64(h, uint64(off))
+	h = binary.LittleEndian.AppendUint64(h, gen)
+	h = binary.LittleEndian.AppendUint64(h, uint64(consumed))
 	h = binary.LittleEndian.AppendUint32(h, uint32(len(data)))
-	h = binary.LittleEndian.AppendUint32(h, uint32(len(tail)))
 	crc := crc32.Update(crc32.ChecksumIEEE(h), crc32.IEEETable, data)
-	crc = crc32.Update(crc, crc32.IEEETable, tail)
 	h = binary.LittleEndian.AppendUint32(h, crc)
 	h = append(h, data...)
-	h = append(h, tail...)
 	r.hdr = h[:0]
 	if _, err := r.slots[r.seq%2].WriteAt(h, 0); err != nil {
 		return fmt.Errorf("log relay record: %w", err)
@@ -274,18 +285,18 @@ func parseRecord(b []byte) (*record, bool) {
 		return nil, false
 	}
 	le := binary.LittleEndian
-	rec := &record{seq: le.Uint64(b[4:]), dev: le.Uint64(b[12:]), ino: le.Uint64(b[20:]), off: int64(le.Uint64(b[28:]))}
-	nd, nt := int(le.Uint32(b[36:])), int(le.Uint32(b[40:]))
-	if nd < 0 || nt < 0 || len(b) < recHdrSize+nd+nt {
+	rec := &record{seq: le.Uint64(b[4:]), dev: le.Uint64(b[12:]), ino: le.Uint64(b[20:]), off: int64(le.Uint64(b[28:])),
+		gen: le.Uint64(b[36:]), consumed: int64(le.Uint64(b[44:]))}
+	nd := int(le.Uint32(b[52:]))
+	if nd < 0 || len(b) < recHdrSize+nd {
 		return nil, false
 	}
-	body := b[recHdrSize : recHdrSize+nd+nt]
+	body := b[recHdrSize : recHdrSize+nd]
 	crc := crc32.Update(crc32.ChecksumIEEE(b[:recHdrSize-4]), crc32.IEEETable, body)
 	if crc != le.Uint32(b[recHdrSize-4:]) {
 		return nil, false
 	}
-	rec.data = append([]byte(nil), body[:nd]...)
-	rec.tail = append([]byte(nil), body[nd:]...)
+	rec.data = append([]byte(nil), body...)
 	return rec, true
 }
 
@@ -333,4 +344,91 @@ func (lf *logFile) repair(recs []*record) error {
 		lf.size = rec.off + int64(n)
 	}
 	return nil
+}
+
+// spool holds a stream's bytes taken from the pipe whose lines are not all
+// in the log file yet: a file in the relay's state dir that splice(2)
+// appends to. Once it grows past spoolMax the next generation takes over,
+// carrying the unterminated tail.
+type spool struct {
+	base     string
+	f        *os.File
+	gen      uint64
+	end      int64 // bytes in the spool
+	consumed int64 // bytes of it whose lines are in the log file
+}
+
+const spoolMax = 1 << 20
+
+func spoolPath(base string, gen uint64) string { return fmt.Sprintf("%s.%d", base, gen) }
+
+// openSpool opens generation gen at base (creating it) and removes the
+// other generations a kill left behind.
+func openSpool(base string, gen uint64, consumed int64) (*spool, error) {
+	f, err := os.OpenFile(spoolPath(base, gen), os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("log relay spool: %w", err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("log relay spool: %w", err)
+	}
+	old, _ := filepath.Glob(base + ".*")
+	for _, p := range old {
+		if p != f.Name() {
+			_ = os.Remove(p)
+		}
+	}
+	sp := &spool{base: base, f: f, gen: gen, end: st.Size(), consumed: min(consumed, st.Size())}
+	return sp, nil
+}
+
+// unprocessed is what a previous relay took from the pipe but had not
+// written as lines: the partial line it held and whatever came after it.
+func (sp *spool) unprocessed() ([]byte, error) {
+	b := make([]byte, sp.end-sp.consumed)
+	if len(b) == 0 {
+		return nil, nil
+	}
+	if _, err := sp.f.ReadAt(b, sp.consumed); err != nil {
+		return nil, fmt.Errorf("log relay spool: %w", err)
+	}
+	return b, nil
+}
+
+// rotate starts the next spool generation with the pending tail once the
+// spool is large. The record saved in between names the new generation,
+// so at any kill the record and an existing spool agree.
+func (c *criStream) rotate() error {
+	sp := c.sp
+	if sp == nil || sp.end < spoolMax {
+		return nil
+	}
+	next := sp.gen + 1
+	f, err := os.OpenFile(spoolPath(sp.base, next), os.O_RDWR|os.O_CREATE|os.O_TRUNC|syscall.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("log relay spool: %w", err)
+	}
+	if _, err := f.WriteAt(c.pending, 0); err != nil {
+		f.Close()
+		return fmt.Errorf("log relay spool: %w", err)
+	}
+	if err := c.lf.write(nil, c.rec, next, 0); err != nil {
+		f.Close()
+		return err
+	}
+	old := sp.f.Name()
+	sp.f.Close()
+	_ = os.Remove(old)
+	sp.f, sp.gen, sp.end, sp.consumed = f, next, int64(len(c.pending)), 0
+	return nil
+}
+
+// close removes the spool of a finished stream.
+func (sp *spool) close() {
+	if sp != nil && sp.f != nil {
+		sp.f.Close()
+		_ = os.Remove(sp.f.Name())
+	}
 }

@@ -136,7 +136,7 @@ func splitEvery(s string, n int) []string {
 
 // A relay killed after saving its record: the restarted relay writes what
 // the record holds once, whether the kill came before the write, in the
-// middle of it or after it, and goes on with the saved unterminated tail.
+// middle of it or after it.
 func TestRepairFinishesTheInterruptedWrite(t *testing.T) {
 	for _, written := range []string{"none", "half", "all"} {
 		t.Run(written, func(t *testing.T) {
@@ -153,7 +153,7 @@ func TestRepairFinishesTheInterruptedWrite(t *testing.T) {
 			// The next chunk: record saved, then the kill.
 			before := lf.size
 			b := logs.AppendCRI(nil, time.Now(), logs.Stdout, []byte("second"), true)
-			if err := rec.save(lf.dev, lf.ino, lf.size, b, []byte("thi")); err != nil {
+			if err := rec.save(lf.dev, lf.ino, lf.size, b, 3, 77); err != nil {
 				t.Fatal(err)
 			}
 			switch written {
@@ -174,14 +174,14 @@ func TestRepairFinishesTheInterruptedWrite(t *testing.T) {
 				t.Fatal(err)
 			}
 			rec2, last, err := openRecorder(base)
-			if err != nil || last == nil || last.off != before || string(last.tail) != "thi" {
+			if err != nil || last == nil || last.off != before || last.gen != 3 || last.consumed != 77 {
 				t.Fatalf("record %+v, %v", last, err)
 			}
 			if err := lf2.repair([]*record{last}); err != nil {
 				t.Fatal(err)
 			}
-			c2 := &criStream{stream: logs.Stdout, lf: lf2, rec: rec2, pending: last.tail}
-			if err := c2.take([]byte("rd\n"), true, time.Now()); err != nil {
+			c2 := &criStream{stream: logs.Stdout, lf: lf2, rec: rec2}
+			if err := c2.take([]byte("third\n"), true, time.Now()); err != nil {
 				t.Fatal(err)
 			}
 			got, _ := os.ReadFile(path)
@@ -199,14 +199,14 @@ func TestRecorderSurvivesATornSlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec.save(1, 2, 10, []byte("one"), []byte("t1"))
-	rec.save(1, 2, 13, []byte("two"), []byte("t2"))
+	rec.save(1, 2, 10, []byte("one"), 0, 5)
+	rec.save(1, 2, 13, []byte("two"), 0, 9)
 	rec.close()
 	p := recordPaths(base)[0] // seq 2 went to slot 0
 	b, _ := os.ReadFile(p)
 	os.WriteFile(p, b[:len(b)-1], 0o600)
 	_, last, err := openRecorder(base)
-	if err != nil || last == nil || last.off != 10 || string(last.data) != "one" || string(last.tail) != "t1" {
+	if err != nil || last == nil || last.off != 10 || string(last.data) != "one" || last.consumed != 5 {
 		t.Fatalf("after a torn slot: %+v %v", last, err)
 	}
 }
@@ -379,8 +379,13 @@ func TestRestoreRepairsAndResumesThePartialLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec.save(sst.Dev, sst.Ino, st.Size(), []byte("2026-01-01T00:00:01Z stdout F cut by the kill\n"), []byte("par"))
+	rec.save(sst.Dev, sst.Ino, st.Size(), []byte("2026-01-01T00:00:01Z stdout F cut by the kill\n"), 4, 2)
 	rec.close()
+	// The spool: "xx" done, "par" taken from the pipe, not written yet.
+	if err := os.WriteFile(spoolPath(s0.spoolBase("r2", "out"), 4), []byte("xxpar"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(spoolPath(s0.spoolBase("r2", "out"), 3), []byte("stale"), 0o600)
 	w.WriteString("tial\n")
 	logFD, err := unix.Dup(int(lf.Fd()))
 	if err != nil {
@@ -399,7 +404,7 @@ func TestRestoreRepairsAndResumesThePartialLine(t *testing.T) {
 	if j := joined(parseCRIFile(t, b)); strings.Join(j["stdout"], ",") != "before,cut by the kill,partial" {
 		t.Fatalf("CRI file after restore: %q", b)
 	}
-	if _, err := os.Stat(recordPaths(s.recordBase("r2", "out"))[0]); !os.IsNotExist(err) {
-		t.Errorf("records left after the container ended: %v", err)
+	if left, _ := filepath.Glob(filepath.Join(dir, "r2.*")); len(left) != 0 {
+		t.Errorf("records or spools left after the container ended: %v", left)
 	}
 }

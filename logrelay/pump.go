@@ -2,10 +2,12 @@ package logrelay
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -65,6 +67,16 @@ func pump(pipe *os.File, cri *criStream, j *journalSink, t *Tap, onWriteErr func
 	if err != nil {
 		return err
 	}
+	if cri != nil && cri.sp != nil {
+		// What a killed relay took from the pipe but had not written.
+		if b, err := cri.sp.unprocessed(); err != nil {
+			onWriteErr(err)
+		} else if len(b) > 0 {
+			if err := cri.take(b, false, time.Now()); err != nil {
+				onWriteErr(err)
+			}
+		}
+	}
 	for {
 		// Wait without a buffer: an idle container costs the relay two
 		// parked goroutines, not 128 KiB.
@@ -77,7 +89,12 @@ func pump(pipe *os.File, cri *criStream, j *journalSink, t *Tap, onWriteErr func
 		}
 		bp := bufPool.Get().(*[]byte)
 		buf := *bp
-		n, err := pipe.Read(buf)
+		var n int
+		if cri != nil && cri.sp != nil {
+			n, err = cri.sp.take(prc, buf)
+		} else {
+			n, err = pipe.Read(buf)
+		}
 		eof := errors.Is(err, io.EOF)
 		if cri != nil && (n > 0 || eof) {
 			if werr := cri.take(buf[:n], eof, time.Now()); werr != nil {
@@ -101,7 +118,46 @@ func pump(pipe *os.File, cri *criStream, j *journalSink, t *Tap, onWriteErr func
 		if err != nil {
 			return err
 		}
+		if cri != nil {
+			if rerr := cri.rotate(); rerr != nil {
+				onWriteErr(rerr)
+			}
+		}
 	}
+}
+
+// take moves what the pipe holds (at most len(buf)) into the spool and
+// returns it in buf: splice(2) takes the bytes from the pipe and puts
+// them in the spool in one step, so a kill cannot lose them in between.
+// io.EOF once no writer is left and the pipe is empty.
+func (sp *spool) take(prc syscall.RawConn, buf []byte) (int, error) {
+	var n int64
+	var serr error
+	off := sp.end
+	err := prc.Read(func(fd uintptr) bool {
+		for {
+			n, serr = unix.Splice(int(fd), nil, int(sp.f.Fd()), &off, len(buf), unix.SPLICE_F_NONBLOCK)
+			if errors.Is(serr, unix.EINTR) {
+				continue
+			}
+			return !errors.Is(serr, unix.EAGAIN)
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	if serr != nil {
+		return 0, fmt.Errorf("splice into the log spool: %w", serr)
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	k, err := sp.f.ReadAt(buf[:n], sp.end)
+	sp.end += int64(k)
+	if err != nil {
+		return k, fmt.Errorf("read the log spool: %w", err)
+	}
+	return k, nil
 }
 
 // journalSink hands a stream's bytes to its journald stream from its own

@@ -56,7 +56,7 @@ type relay struct {
 	meta
 	lf       *logFile // nil without a log path
 	recs     [2]*recorder
-	tails    [2][]byte // unterminated lines saved by a killed relay
+	spools   [2]*spool
 	left     int
 	finished chan struct{}
 	// waiter is the PID of the unit's ExecStopPost helper once it waits:
@@ -176,6 +176,7 @@ func (s *Server) Restore(files []*os.File) {
 		s.restoreLog(r, logFiles[id])
 		s.mu.Lock()
 		s.active[id] = r
+		started := map[string]bool{}
 		for stream, p := range streams {
 			if p.pipe == nil || p.sock == nil {
 				for kind, f := range map[string]*os.File{"p": p.pipe, "s": p.sock} {
@@ -188,6 +189,17 @@ func (s *Server) Restore(files []*os.File) {
 			}
 			r.left++
 			s.startPump(r, stream, p.pipe, p.sock)
+			started[stream] = true
+		}
+		// A stream that ended before the kill leaves its record and spool.
+		for i, stream := range streamNames {
+			if !started[stream] {
+				if r.recs[i] != nil {
+					r.recs[i].close()
+				}
+				removeRecords(s.recordBase(id, stream))
+				r.spools[i].close()
+			}
 		}
 		if r.left == 0 {
 			delete(s.active, id)
@@ -204,6 +216,10 @@ func (s *Server) metaFile(id string) string { return filepath.Join(s.opts.StateD
 
 func (s *Server) recordBase(id, stream string) string {
 	return filepath.Join(s.opts.StateDir, id+"."+stream+".rec")
+}
+
+func (s *Server) spoolBase(id, stream string) string {
+	return filepath.Join(s.opts.StateDir, id+"."+stream+".spool")
 }
 
 // restoreLog takes back a container's CRI log file after a relay restart:
@@ -244,10 +260,18 @@ func (s *Server) restoreLog(r *relay, f *os.File) {
 			continue
 		}
 		r.recs[i] = rc
+		var gen uint64
+		var consumed int64
 		if rec != nil {
 			recs = append(recs, rec)
-			r.tails[i] = rec.tail
+			gen, consumed = rec.gen, rec.consumed
 		}
+		sp, err := openSpool(s.spoolBase(r.id, stream), gen, consumed)
+		if err != nil {
+			s.log.Error("cannot open the stream's log spool; a relay restart may lose a chunk", "container", r.id, "err", err)
+			continue
+		}
+		r.spools[i] = sp
 	}
 	if err := lf.repair(recs); err != nil {
 		s.log.Error("cannot finish the log write a relay restart interrupted", "container", r.id, "err", err)
@@ -278,6 +302,15 @@ func (s *Server) newLog(r *relay) {
 			continue
 		}
 		r.recs[i] = rc
+		if err := os.Remove(spoolPath(s.spoolBase(r.id, stream), 0)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.log.Warn("stale log spool", "container", r.id, "err", err)
+		}
+		sp, err := openSpool(s.spoolBase(r.id, stream), 0, 0)
+		if err != nil {
+			s.log.Error("cannot open the stream's log spool; a relay restart may lose a chunk", "container", r.id, "err", err)
+			continue
+		}
+		r.spools[i] = sp
 	}
 	r.lf = lf
 }
@@ -415,7 +448,7 @@ func (s *Server) startPump(r *relay, stream string, pipe, sock *os.File) {
 	}
 	var cri *criStream
 	if r.lf != nil {
-		cri = &criStream{stream: cs, lf: r.lf, rec: r.recs[i], pending: r.tails[i]}
+		cri = &criStream{stream: cs, lf: r.lf, rec: r.recs[i], sp: r.spools[i]}
 	}
 	var j *journalSink
 	if !r.NoJournal {
@@ -465,6 +498,7 @@ func (s *Server) startPump(r *relay, stream string, pipe, sock *os.File) {
 			r.recs[i].close()
 		}
 		removeRecords(s.recordBase(r.id, stream))
+		r.spools[i].close()
 		s.finish(r)
 	}()
 }

@@ -29,9 +29,9 @@ import (
 // DefaultSocket is journald's stdout stream socket.
 const DefaultSocket = "/run/systemd/journal/stdout"
 
-// Syslog priorities of the two streams: the CRI log follower tells stdout
-// from stderr by them, and the level prefix is off so a container cannot
-// forge one.
+// Syslog priorities of the two streams: operators tell stdout from stderr
+// in the journal by them, and the level prefix is off so a container
+// cannot forge one.
 const (
 	PriorityStdout = 6 // info
 	PriorityStderr = 3 // err
