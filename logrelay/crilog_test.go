@@ -397,7 +397,7 @@ func TestRestoreRepairsAndResumesThePartialLine(t *testing.T) {
 	s := New(Options{Socket: filepath.Join(dir, "s"), StateDir: dir, Store: store})
 	s.Restore([]*os.File{os.NewFile(uintptr(p[0]), "lr.r2.out.p"), os.NewFile(uintptr(sp[0]), "lr.r2.out.s"), os.NewFile(uintptr(logFD), "lr.r2.log.f")})
 	w.Close()
-	if r := s.wait(context.Background(), "r2", 5*time.Second, 0); r != replyDone {
+	if r := s.wait(context.Background(), "r2", 5*time.Second, 0, false); r != replyDone {
 		t.Fatalf("wait: %s", r)
 	}
 	b, _ := os.ReadFile(logPath)

@@ -204,7 +204,7 @@ func TestRestoreResumesStoredStreams(t *testing.T) {
 	if string(got) != "written while no relay ran\nand after\n" {
 		t.Fatalf("journal got %q", got)
 	}
-	if r := s.wait(context.Background(), "r1", 5*time.Second, 0); r != replyDone {
+	if r := s.wait(context.Background(), "r1", 5*time.Second, 0, false); r != replyDone {
 		t.Fatalf("wait: %s", r)
 	}
 	if n := store.names(); len(n) != 0 {

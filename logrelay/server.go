@@ -59,6 +59,10 @@ type relay struct {
 	spools   [2]*spool
 	left     int
 	finished chan struct{}
+	// written is closed once both pipes are at EOF and every line is in
+	// the log file (finished also waits for journald, at most 5 s).
+	toWrite int
+	written chan struct{}
 	// waiter is the PID of the unit's ExecStopPost helper once it waits:
 	// a live process of the unit to send the last output as.
 	waiter atomic.Int32
@@ -172,7 +176,7 @@ func (s *Server) Restore(files []*os.File) {
 	for id, streams := range byID {
 		m := meta{UID: -1, GID: -1}
 		_ = statefile.Read(s.metaFile(id), &m)
-		r := &relay{id: id, meta: m, finished: make(chan struct{})}
+		r := &relay{id: id, meta: m, finished: make(chan struct{}), written: make(chan struct{})}
 		s.restoreLog(r, logFiles[id])
 		s.mu.Lock()
 		s.active[id] = r
@@ -188,6 +192,7 @@ func (s *Server) Restore(files []*os.File) {
 				continue
 			}
 			r.left++
+			r.toWrite++
 			s.startPump(r, stream, p.pipe, p.sock)
 			started[stream] = true
 		}
@@ -205,6 +210,7 @@ func (s *Server) Restore(files []*os.File) {
 			delete(s.active, id)
 			s.done[id] = time.Now()
 			close(r.finished)
+			close(r.written)
 			s.closeLog(r)
 		}
 		s.mu.Unlock()
@@ -424,7 +430,7 @@ func (s *Server) register(id string, m meta, fds []int) error {
 		}
 	}
 	delete(s.done, id)
-	r := &relay{id: id, meta: m, left: 2, finished: make(chan struct{})}
+	r := &relay{id: id, meta: m, left: 2, toWrite: 2, finished: make(chan struct{}), written: make(chan struct{})}
 	s.newLog(r)
 	s.active[id] = r
 	s.startPump(r, "out", files[0], files[1])
@@ -474,6 +480,11 @@ func (s *Server) startPump(r *relay, stream string, pipe, sock *os.File) {
 	}
 	go func() {
 		err := pump(pipe, cri, j, t, onWriteErr)
+		s.mu.Lock()
+		if r.toWrite--; r.toWrite == 0 {
+			close(r.written)
+		}
+		s.mu.Unlock()
 		if t != nil {
 			t.Close()
 		}
@@ -514,8 +525,8 @@ func (s *Server) finish(r *relay) {
 	now := time.Now()
 	s.done[r.id] = now
 	s.closeLog(r)
-	close(r.finished)
 	_ = os.Remove(s.metaFile(r.id))
+	close(r.finished)
 	for id, t := range s.done {
 		if now.Sub(t) > s.opts.DoneTTL {
 			delete(s.done, id)
@@ -526,7 +537,7 @@ func (s *Server) finish(r *relay) {
 // wait answers WAIT and FLUSH: done, unknown, or timeout. waiter, when
 // set, is the unit's ExecStopPost helper, which the last output is sent to
 // journald as.
-func (s *Server) wait(ctx context.Context, id string, d time.Duration, waiter int32) string {
+func (s *Server) wait(ctx context.Context, id string, d time.Duration, waiter int32, flush bool) string {
 	s.mu.Lock()
 	r, active := s.active[id]
 	_, done := s.done[id]
@@ -538,8 +549,13 @@ func (s *Server) wait(ctx context.Context, id string, d time.Duration, waiter in
 		}
 		t := time.NewTimer(d)
 		defer t.Stop()
+		end := r.finished
+		if flush {
+			// podunit only needs the CRI file complete.
+			end = r.written
+		}
 		select {
-		case <-r.finished:
+		case <-end:
 			return replyDone
 		case <-t.C:
 			return replyTimeout
@@ -640,7 +656,7 @@ func (s *Server) dispatch(ctx context.Context, msg []byte, fds []int, peer int32
 			// podunit, not a process of the unit: not one to send as.
 			peer = 0
 		}
-		return s.wait(ctx, f[1], time.Duration(ms)*time.Millisecond, peer)
+		return s.wait(ctx, f[1], time.Duration(ms)*time.Millisecond, peer, f[0] == "FLUSH")
 	case f[0] == "REOPEN" && len(f) == 2:
 		closeAll(fds)
 		if !ValidID(f[1]) {
