@@ -41,7 +41,6 @@ type logFile struct {
 	f        *os.File
 	dev, ino uint64
 	size     int64
-	failing  bool // the last write failed; logged once until one succeeds
 }
 
 // openLogFile opens (creating if needed) path for appending. A new file
@@ -122,30 +121,31 @@ func (lf *logFile) use(f *os.File) error {
 	return nil
 }
 
-// write appends b as one write (retried on a short one); rec, saved first,
-// lets a restarted relay finish it. A failed write is cut back so the file
-// ends on a line boundary; its lines are lost for the CRI file (the
-// container is not blocked: a full /var/log/pods must not stop the pod).
+// write appends b as one write; rec, saved first, lets a restarted relay
+// finish it. A failed write is cut back so the file ends on a line
+// boundary; its lines are lost for the CRI file (the container is not
+// blocked: a full /var/log/pods must not stop the pod). A record that
+// cannot be saved (state dir full) does not hold the lines back either:
+// only their safety across a relay kill is lost, and the error says so.
 func (lf *logFile) write(b []byte, rec *recorder, gen uint64, consumed int64) error {
 	lf.mu.Lock()
 	defer lf.mu.Unlock()
+	var recErr error
 	if rec != nil {
-		if err := rec.save(lf.dev, lf.ino, lf.size, b, gen, consumed); err != nil {
-			return err
-		}
+		recErr = rec.save(lf.dev, lf.ino, lf.size, b, gen, consumed)
 	}
 	if lf.f == nil || len(b) == 0 {
-		return nil
+		return recErr
 	}
 	n, err := lf.f.Write(b)
 	if err != nil {
 		if n > 0 {
 			_ = lf.f.Truncate(lf.size)
 		}
-		return fmt.Errorf("write %s: %w", lf.path, err)
+		return errors.Join(fmt.Errorf("write %s: %w", lf.path, err), recErr)
 	}
 	lf.size += int64(n)
-	return nil
+	return recErr
 }
 
 // criStream turns one stream's bytes into CRI lines.

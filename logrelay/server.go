@@ -363,7 +363,6 @@ func (s *Server) reopen(id string) string {
 	}
 	r.lf.mu.Lock()
 	err = r.lf.use(f)
-	r.lf.failing = false
 	r.lf.mu.Unlock()
 	if err != nil {
 		f.Close()
