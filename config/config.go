@@ -21,6 +21,7 @@ type Config struct {
 	Streaming Streaming `toml:"streaming"`
 	Metrics   Metrics   `toml:"metrics"`
 	GC        GC        `toml:"gc"`
+	Logs      Logs      `toml:"logs"`
 }
 
 // Server is the CRI endpoint.
@@ -33,7 +34,7 @@ type Server struct {
 
 // Paths are podunit's own directories.
 type Paths struct {
-	StateDir string `toml:"state_dir" doc:"Durable state: sandbox and container records, log cursors."`
+	StateDir string `toml:"state_dir" doc:"Durable state: sandbox and container records."`
 	RunDir   string `toml:"run_dir" doc:"Volatile state: bundles, namespace pins, pid files, runtime roots."`
 }
 
@@ -97,6 +98,12 @@ type GC struct {
 	Interval Duration `toml:"interval" doc:"How often the garbage collectors run; 0 runs them only at start."`
 }
 
+// Logs is where container output goes besides the CRI log file, which the
+// node's log relay always writes.
+type Logs struct {
+	Journald bool `toml:"journald" doc:"Also hand container output to journald (journalctl -u podunit-ctr-<id>.service, CONTAINER_ID=...); best effort, never delays the CRI log file. Applies to containers started afterwards."`
+}
+
 // Default returns the configuration used when no file says otherwise.
 func Default() Config {
 	return Config{
@@ -130,6 +137,7 @@ func Default() Config {
 		},
 		Streaming: Streaming{Address: "127.0.0.1:0"},
 		GC:        GC{Interval: Duration(5 * time.Minute)},
+		Logs:      Logs{Journald: true},
 	}
 }
 

@@ -40,6 +40,7 @@ func OptionsFromConfig(cfg *config.Config, log *slog.Logger) (Options, error) {
 		CgroupRoot: cgroupRoot,
 		Caps:       caps,
 		Host:       host,
+		NoJournal:  !cfg.Logs.Journald,
 		Logger:     log,
 	}
 	o.SetRuntime(cfg.Runtime)

@@ -57,13 +57,11 @@ type Pods interface {
 	Pod(ctx context.Context, id string) (*Pod, error)
 }
 
-// Logs is the CRI log writer (logs.Manager): it follows the journal and
-// writes each registered container's lines to its log_path.
+// Logs is the CRI log writer (the node's log relay, logrelay.Client),
+// which the unit's wrapper hands the container's log_path to.
 type Logs interface {
-	Register(containerID, logPath string, uid, gid int) error
-	Unregister(containerID string) error
+	// Flush returns once the container's output is all in its log file.
 	Flush(ctx context.Context, containerID string) error
-	Containers() []string
 }
 
 // Options configure the manager.
@@ -83,6 +81,9 @@ type Options struct {
 	// container output from pipes to journald; empty relays from inside
 	// each unit instead (cut output is possible when a container exits).
 	LogRelaySocket string
+	// NoJournal keeps container output out of journald (config
+	// logs.journald = false): the relay writes only the CRI log file.
+	NoJournal bool
 	// DefaultHandler is used when the pod names no runtime handler
 	// (runtime.default_handler); it must be one of Deps.Runtimes.
 	DefaultHandler string

@@ -173,7 +173,6 @@ func (r *fakeRuntime) Update(ctx context.Context, id string, res *specs.LinuxRes
 type fakeLogs struct {
 	mu  sync.Mutex
 	log []string
-	reg map[string]bool
 }
 
 func (l *fakeLogs) add(s string) {
@@ -188,35 +187,9 @@ func (l *fakeLogs) calls() string {
 	return strings.Join(l.log, ",")
 }
 
-func (l *fakeLogs) Register(id, path string, uid, gid int) error {
-	l.add("register " + id + " " + path)
-	l.mu.Lock()
-	l.reg[id] = true
-	l.mu.Unlock()
-	return nil
-}
-
-func (l *fakeLogs) Unregister(id string) error {
-	l.add("unregister " + id)
-	l.mu.Lock()
-	delete(l.reg, id)
-	l.mu.Unlock()
-	return nil
-}
-
 func (l *fakeLogs) Flush(ctx context.Context, id string) error {
 	l.add("flush " + id)
 	return nil
-}
-
-func (l *fakeLogs) Containers() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var ids []string
-	for id := range l.reg {
-		ids = append(ids, id)
-	}
-	return ids
 }
 
 type env struct {
@@ -236,7 +209,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	dir := t.TempDir()
-	e := &env{t: t, sd: systemdtest.New(), rt: &fakeRuntime{}, logDir: filepath.Join(dir, "logs"), logs: &fakeLogs{reg: map[string]bool{}}}
+	e := &env{t: t, sd: systemdtest.New(), rt: &fakeRuntime{}, logDir: filepath.Join(dir, "logs"), logs: &fakeLogs{}}
 	e.imgs = &fakeImages{dir: filepath.Join(dir, "storage"), rootfs: map[string]bool{}, created: map[string]bool{}, volumes: map[string][]string{}}
 	e.opts = Options{
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"), Self: "/usr/bin/podunit",

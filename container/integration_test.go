@@ -21,7 +21,6 @@ import (
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/logrelay"
-	"github.com/podunit/podunit/logs"
 	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/systemd"
 	"github.com/podunit/podunit/test/harness"
@@ -60,6 +59,10 @@ func TestInHarness(t *testing.T) {
 	t.Run("OwnCgroupLimits", func(t *testing.T) { ie.ownLimits(ctx, t) })
 	t.Run("CrunHandler", func(t *testing.T) { ie.crun(ctx, t) })
 	t.Run("LogRelayKilled", func(t *testing.T) { ie.relayKilled(ctx, t) })
+	t.Run("LogCRIFile", func(t *testing.T) { ie.criFile(ctx, t) })
+	t.Run("LogBurst100k", func(t *testing.T) { ie.burst(ctx, t) })
+	t.Run("LogRelayKilledMidBurst", func(t *testing.T) { ie.relayKilledMidBurst(ctx, t) })
+	t.Run("LogReopenMidBurst", func(t *testing.T) { ie.reopenMidBurst(ctx, t) })
 	t.Run("FastPaths", func(t *testing.T) { ie.fastPaths(ctx, t) })
 	t.Run("Lifecycle200", func(t *testing.T) { ie.churn(ctx, t, 200) })
 }
@@ -140,17 +143,9 @@ func newInside(t *testing.T) *inside {
 	execDir := filepath.Join(d.Paths.RunDir, "exec") // as cmd/podunit wires it
 	rt := oci.NewRunc(oci.CLIConfig{Binary: "/usr/sbin/runc", Root: runcRoot, ExecDir: execDir})
 	crun := oci.NewCrun(oci.CLIConfig{Binary: "/usr/bin/crun", Root: crunRoot, ExecDir: execDir})
-	// The real CRI log writer (package logs), following this harness'
-	// journal, so the test sees the files `kubectl logs` reads.
-	os.RemoveAll(filepath.Join(itestDir, "logstate"))
-	lm, err := logs.New(logs.Options{StateDir: filepath.Join(itestDir, "logstate")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := lm.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lm.Close() })
+	// The relay writes the CRI log files `kubectl logs` reads; podunit
+	// only asks it to flush.
+	lm := logrelay.Client{Socket: relaySock}
 	ie.deps = Deps{Systemd: ie.sd, Images: ie.imgs, Pods: itestPods{logDir: ie.logDir}, Runtimes: map[string]oci.Runtime{"runc": rt, "crun": crun}, Logs: lm}
 	return ie
 }

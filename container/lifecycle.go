@@ -46,6 +46,12 @@ func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 	if m.opts.LogRelaySocket != "" {
 		relay = []string{"--relay-socket", m.opts.LogRelaySocket, "--relay-id", r.ID}
 		execStart = append(execStart, relay...)
+		if r.LogPath != "" {
+			execStart = append(execStart, "--log-path", r.LogPath)
+		}
+		if m.opts.NoJournal {
+			execStart = append(execStart, "--no-journal")
+		}
 	}
 	execStart = append(append(execStart, "--"), rt.CreateArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID))...)
 	stopPost := []string{helper, "_exitrec", "--cgroup", systemd.SlicePath(r.Slice) + "/" + r.Unit,

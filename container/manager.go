@@ -272,14 +272,6 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 		StopSignal: sig, User: user, LogPath: lp, Resources: cfg.GetLinux().GetResources(),
 		State: StateCreated, CreatedAt: time.Now().UnixNano(),
 	}
-	// The log writer must know the container before its unit starts, or
-	// the first lines could pass by before it looks for them.
-	if lp != "" && m.logs != nil {
-		if err := m.logs.Register(id, lp, -1, -1); err != nil {
-			return "", fmt.Errorf("create container %q: log: %w", cfg.GetMetadata().GetName(), err)
-		}
-		undo = append(undo, func(context.Context) error { return m.logs.Unregister(id) })
-	}
 	if err := m.save(r); err != nil {
 		return "", fmt.Errorf("create container: %w", err)
 	}
@@ -394,11 +386,6 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	}
 	if err := os.RemoveAll(m.runDir(id)); err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)
-	}
-	if m.logs != nil && r.LogPath != "" {
-		if err := m.logs.Unregister(id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			return fmt.Errorf("remove container %s: log: %w", id, err)
-		}
 	}
 	if err := os.RemoveAll(m.stateDir(id)); err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)

@@ -55,8 +55,8 @@ type record struct {
 	// StopSignal is the signal number systemd sends on stop.
 	StopSignal int       `json:"stop_signal"`
 	User       *oci.User `json:"user,omitempty"`
-	// LogPath is absolute: pod log directory + config log_path (the CRI
-	// log follower writes there; empty when the kubelet asked for none).
+	// LogPath is absolute: pod log directory + config log_path (the node's
+	// log relay writes there; empty when the kubelet asked for none).
 	LogPath string `json:"log_path,omitempty"`
 	// Resources are the current limits, updated by UpdateResources.
 	Resources *runtimeapi.LinuxContainerResources `json:"resources,omitempty"`

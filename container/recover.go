@@ -49,13 +49,10 @@ func (m *Manager) Recover(ctx context.Context) error {
 		m.mu.Unlock()
 	}
 	// Resolve containers that exited while we were away. Their logs are
-	// not flushed here: the log follower may not run yet, and when it
-	// starts it catches up from its recorded position anyway.
+	// not flushed here: the unit's ExecStopPost helper already waited for
+	// the relay to write them, and recovery must not wait per container.
 	_ = m.snapshot(context.WithValue(ctx, noLogFlush{}, true))
 	errs = append(errs, m.reapplyStartLimits(ctx))
-	if m.logs != nil {
-		errs = append(errs, m.PruneLogs())
-	}
 
 	units, err := m.sd.ListUnits(ctx, UnitPrefix+"*.service")
 	if err != nil {
@@ -144,30 +141,8 @@ func (m *Manager) reapplyStartLimitsLocked(ctx context.Context, c *ctr) error {
 }
 
 // noLogFlush in a context skips the log flush when a container is found
-// exited (recovery, before the log follower runs).
+// exited (recovery).
 type noLogFlush struct{}
-
-// PruneLogs stops the CRI log writers of containers that no longer exist
-// (removed while podunit was down). Recover calls it; call it again once
-// the log follower has started if it starts after Recover, since a
-// follower that is not running yet knows no writers.
-func (m *Manager) PruneLogs() error {
-	if m.logs == nil {
-		return nil
-	}
-	var errs []error
-	for _, id := range m.logs.Containers() {
-		m.mu.RLock()
-		_, known := m.ctrs[id]
-		m.mu.RUnlock()
-		if !known {
-			if err := m.logs.Unregister(id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
 
 func idOfUnit(unit string) string {
 	id := unit[len(UnitPrefix):]
@@ -234,8 +209,7 @@ func (m *Manager) RemovePodContainers(ctx context.Context, podID string) error {
 	return m.forPod(ctx, podID, m.Remove)
 }
 
-// Wait blocks until the container is no longer running or ctx ends; tests
-// and the log follower use it.
+// Wait blocks until the container is no longer running or ctx ends.
 func (m *Manager) Wait(ctx context.Context, id string) error {
 	for {
 		st, _, err := m.Status(ctx, id, false)

@@ -14,8 +14,10 @@ type containerStatuser interface {
 	Status(ctx context.Context, id string, verbose bool) (*runtimeapi.ContainerStatus, map[string]string, error)
 }
 
-// logReopener is the part of logs.Manager the log RPCs use.
-type logReopener interface {
+// LogReopener makes the writer of a container's CRI log file (the node's
+// log relay, logrelay.Client) start a new file at the log path, returning
+// once it has; errdefs.ErrNotFound when it writes none for the container.
+type LogReopener interface {
 	Reopen(containerID string) error
 }
 
@@ -23,7 +25,7 @@ type logReopener interface {
 // renamed the container's log file (rotation) and wants new output in a new
 // file at log_path. Only a running container can be reopened; that is also
 // what the kubelet expects of an exited one (it then stops rotating it).
-func reopenContainerLog(ctx context.Context, cs containerStatuser, lr logReopener, id string) error {
+func reopenContainerLog(ctx context.Context, cs containerStatuser, lr LogReopener, id string) error {
 	if id == "" {
 		return fmt.Errorf("reopen container log: container id: %w", errdefs.ErrInvalid)
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/container"
 	"github.com/podunit/podunit/imagestore"
-	"github.com/podunit/podunit/logs"
 	"github.com/podunit/podunit/podlife"
 	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/streaming"
@@ -32,7 +31,7 @@ type Deps struct {
 	Images     *imagestore.Store
 	Pods       *sandbox.Manager
 	Containers *container.Manager
-	Logs       *logs.Manager
+	Logs       LogReopener
 	Stream     *streaming.Server
 	Stats      StatsDeps
 	Version    string
@@ -57,7 +56,7 @@ type Server struct {
 	// life stops and removes pods and creates containers: what spans
 	// both managers goes through it, never through pods or ctrs alone.
 	life    *podlife.Pods
-	logs    *logs.Manager
+	logs    LogReopener
 	stream  *streaming.Server
 	stats   StatsDeps
 	version string

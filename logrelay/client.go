@@ -21,6 +21,7 @@
 package logrelay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -31,6 +32,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podunit/podunit/errdefs"
 )
 
 // UnitName is the relay's transient service.
@@ -64,14 +67,21 @@ var ErrUnknown = errors.New("container not known to the log relay")
 // cgroupDir is the container unit's cgroup directory: the relay sends the
 // output as the unit's processes it finds there (see pump.go); the caller
 // must be one of them.
-func Register(socket, id, tapDir, cgroupDir string, outPipe, outStream, errPipe, errStream int, timeout time.Duration) error {
+//
+// The relay writes the output to the CRI log file in lo (none when
+// lo.Path is empty) and, unless lo.NoJournal, to the journald streams.
+func Register(socket, id, tapDir, cgroupDir string, lo LogOptions, outPipe, outStream, errPipe, errStream int, timeout time.Duration) error {
 	if !ValidID(id) {
 		return fmt.Errorf("log relay: bad container id %q", id)
 	}
-	if strings.ContainsAny(tapDir+cgroupDir, "\n\x00") {
-		return fmt.Errorf("log relay: bad directory %q / %q", tapDir, cgroupDir)
+	if strings.ContainsAny(tapDir+cgroupDir+lo.Path, "\n\x00") {
+		return fmt.Errorf("log relay: bad path %q / %q / %q", tapDir, cgroupDir, lo.Path)
 	}
-	msg := "REGISTER " + id + "\n" + tapDir + "\n" + cgroupDir
+	journal := 1
+	if lo.NoJournal {
+		journal = 0
+	}
+	msg := fmt.Sprintf("REGISTER %s\n%s\n%s\n%s\n%d %d %d", id, tapDir, cgroupDir, lo.Path, lo.UID, lo.GID, journal)
 	reply, err := call(socket, msg, unix.UnixRights(outPipe, outStream, errPipe, errStream), timeout)
 	if err != nil {
 		return err
@@ -102,6 +112,71 @@ func Wait(socket, id string, timeout time.Duration) error {
 		return ErrUnknown
 	case replyTimeout:
 		return fmt.Errorf("log relay: container %s still has output in flight after %s", id, timeout)
+	}
+	return fmt.Errorf("log relay: %s", reply)
+}
+
+// LogOptions say where a container's output goes besides its taps.
+type LogOptions struct {
+	// Path is the CRI log file (the kubelet's log_path).
+	Path string
+	// UID and GID own a new log file and new directories above it; -1
+	// takes the owner of the nearest existing directory.
+	UID, GID int
+	// NoJournal keeps the output out of journald.
+	NoJournal bool
+}
+
+// Client is podunit's side of the relay's CRI log files.
+type Client struct{ Socket string }
+
+// Flush returns once the relay has written all of the container's output
+// to its CRI log file (both pipes at EOF), or an error after ctx's
+// deadline. A container the relay does not know (relayed from inside its
+// unit, or finished long ago) has nothing in flight: nil. Unlike Wait it
+// does not make the caller the process the last journald lines are sent
+// as.
+func (c Client) Flush(ctx context.Context, id string) error {
+	if !ValidID(id) {
+		return fmt.Errorf("log relay: bad container id %q", id)
+	}
+	timeout := 10 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	if timeout <= 0 {
+		return fmt.Errorf("log relay flush %s: %w", id, context.DeadlineExceeded)
+	}
+	reply, err := call(c.Socket, "FLUSH "+id+" "+strconv.FormatInt(timeout.Milliseconds(), 10), nil, timeout+2*time.Second)
+	if err != nil {
+		return err
+	}
+	switch reply {
+	case replyDone, replyUnknown:
+		return nil
+	case replyTimeout:
+		return fmt.Errorf("log relay: container %s still has output in flight after %s: %w", id, timeout.Round(time.Millisecond), context.DeadlineExceeded)
+	}
+	return fmt.Errorf("log relay: %s", reply)
+}
+
+// Reopen makes the relay write the container's output to a new file at
+// its log path (the kubelet renamed the old one); it returns once the
+// switch is done. errdefs.ErrNotFound: the relay writes no log file for
+// the container.
+func (c Client) Reopen(id string) error {
+	if !ValidID(id) {
+		return fmt.Errorf("log relay: bad container id %q", id)
+	}
+	reply, err := call(c.Socket, "REOPEN "+id, nil, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	switch reply {
+	case replyOK:
+		return nil
+	case replyUnknown:
+		return fmt.Errorf("log relay: no log file for container %s: %w", id, errdefs.ErrNotFound)
 	}
 	return fmt.Errorf("log relay: %s", reply)
 }

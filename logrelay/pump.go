@@ -2,10 +2,12 @@ package logrelay
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -54,17 +56,26 @@ func (a *anchor) refresh() bool {
 	return true
 }
 
-// pump moves a container's output from its pipe to its journald stream
-// until every writer of the pipe is gone (nil) or the stream fails,
-// handing each chunk to the tap (attach sessions) once journald has it.
-func pump(pipe, sock *os.File, a *anchor, t *Tap) error {
-	src, err := sock.SyscallConn()
-	if err != nil {
-		return err
-	}
+// pump moves a container's output from its pipe until every writer of
+// the pipe is gone (nil): each chunk goes to the CRI log file first (cri,
+// when the container has one), then to journald (j, best effort, never
+// waited for) and to the tap (attach sessions). Nothing more is read
+// before the chunk is in the file, so a killed relay leaves the rest in
+// the pipe.
+func pump(pipe *os.File, cri *criStream, j *journalSink, t *Tap, onWriteErr func(error)) error {
 	prc, err := pipe.SyscallConn()
 	if err != nil {
 		return err
+	}
+	if cri != nil && cri.sp != nil {
+		// What a killed relay took from the pipe but had not written.
+		if b, err := cri.sp.unprocessed(); err != nil {
+			onWriteErr(err)
+		} else if len(b) > 0 {
+			if err := cri.take(b, false, time.Now()); err != nil {
+				onWriteErr(err)
+			}
+		}
 	}
 	for {
 		// Wait without a buffer: an idle container costs the relay two
@@ -78,23 +89,135 @@ func pump(pipe, sock *os.File, a *anchor, t *Tap) error {
 		}
 		bp := bufPool.Get().(*[]byte)
 		buf := *bp
-		n, err := pipe.Read(buf)
+		var n int
+		if cri != nil && cri.sp != nil {
+			n, err = cri.sp.take(prc, buf)
+		} else {
+			n, err = pipe.Read(buf)
+		}
+		eof := errors.Is(err, io.EOF)
+		if cri != nil && (n > 0 || eof) {
+			if werr := cri.take(buf[:n], eof, time.Now()); werr != nil {
+				onWriteErr(werr)
+			} else {
+				onWriteErr(nil)
+			}
+		}
 		if n > 0 {
-			if werr := sendAs(src, buf[:n], a); werr != nil {
-				bufPool.Put(bp)
-				return werr
+			if j != nil {
+				j.push(buf[:n])
 			}
 			if t != nil {
 				t.Send(buf[:n])
 			}
 		}
 		bufPool.Put(bp)
-		if errors.Is(err, io.EOF) {
+		if eof {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
+		if cri != nil {
+			if rerr := cri.rotate(); rerr != nil {
+				onWriteErr(rerr)
+			}
+		}
+	}
+}
+
+// take moves what the pipe holds (at most len(buf)) into the spool and
+// returns it in buf: splice(2) takes the bytes from the pipe and puts
+// them in the spool in one step, so a kill cannot lose them in between.
+// io.EOF once no writer is left and the pipe is empty.
+func (sp *spool) take(prc syscall.RawConn, buf []byte) (int, error) {
+	var n int64
+	var serr error
+	off := sp.end
+	err := prc.Read(func(fd uintptr) bool {
+		for {
+			n, serr = unix.Splice(int(fd), nil, int(sp.f.Fd()), &off, len(buf), unix.SPLICE_F_NONBLOCK)
+			if errors.Is(serr, unix.EINTR) {
+				continue
+			}
+			return !errors.Is(serr, unix.EAGAIN)
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	if serr != nil {
+		return 0, fmt.Errorf("splice into the log spool: %w", serr)
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	k, err := sp.f.ReadAt(buf[:n], sp.end)
+	sp.end += int64(k)
+	if err != nil {
+		return k, fmt.Errorf("read the log spool: %w", err)
+	}
+	return k, nil
+}
+
+// journalSink hands a stream's bytes to its journald stream from its own
+// goroutine through a bounded queue: a slow, restarting or dead journald
+// costs journal lines (dropped when the queue is full, counted and
+// logged), never a delay of the CRI file or of the container.
+type journalSink struct {
+	ch      chan []byte
+	queued  atomic.Int64
+	limit   int64
+	dropped atomic.Int64
+	done    chan struct{}
+	err     error // set when the goroutine gives up on the stream
+}
+
+// journalQueueBytes bounds what waits for journald per stream.
+const journalQueueBytes = 4 << 20
+
+func newJournalSink(sock *os.File, a *anchor) *journalSink {
+	j := &journalSink{ch: make(chan []byte, 4096), limit: journalQueueBytes, done: make(chan struct{})}
+	go func() {
+		defer close(j.done)
+		rc, err := sock.SyscallConn()
+		if err != nil {
+			j.err = err
+		}
+		for b := range j.ch {
+			if j.err == nil {
+				j.err = sendAs(rc, b, a)
+			}
+			j.queued.Add(-int64(len(b)))
+		}
+	}()
+	return j
+}
+
+// push queues a copy of b, or drops it when the queue is full.
+func (j *journalSink) push(b []byte) {
+	if j.queued.Load()+int64(len(b)) > j.limit {
+		j.dropped.Add(int64(len(b)))
+		return
+	}
+	c := append([]byte(nil), b...)
+	select {
+	case j.ch <- c:
+		j.queued.Add(int64(len(c)))
+	default:
+		j.dropped.Add(int64(len(b)))
+	}
+}
+
+// close lets the queue drain, at most d: the unit's ExecStopPost helper
+// waits for the relay, and it is the process the last lines are sent as.
+func (j *journalSink) close(d time.Duration) bool {
+	close(j.ch)
+	select {
+	case <-j.done:
+		return true
+	case <-time.After(d):
+		return false
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/podunit/podunit/fdstore"
+	"github.com/podunit/podunit/logs"
 	"github.com/podunit/podunit/statefile"
 )
 
@@ -25,8 +26,9 @@ import (
 type Options struct {
 	// Socket is where Register and Wait reach the relay (mode 0600).
 	Socket string
-	// StateDir remembers the tap directories of attachable containers
-	// across relay restarts.
+	// StateDir remembers each container's metadata (log path, tap
+	// directory) and its streams' write-ahead records across relay
+	// restarts; it should be on tmpfs (a record is saved per chunk).
 	StateDir string
 	// Store keeps pipes and streams across relay restarts (systemd's fd
 	// store); nil keeps them only in this process.
@@ -52,8 +54,15 @@ type Server struct {
 type relay struct {
 	id string
 	meta
+	lf       *logFile // nil without a log path
+	recs     [2]*recorder
+	spools   [2]*spool
 	left     int
 	finished chan struct{}
+	// written is closed once both pipes are at EOF and every line is in
+	// the log file (finished also waits for journald, at most 5 s).
+	toWrite int
+	written chan struct{}
 	// waiter is the PID of the unit's ExecStopPost helper once it waits:
 	// a live process of the unit to send the last output as.
 	waiter atomic.Int32
@@ -66,6 +75,13 @@ type meta struct {
 	CgroupDir string `json:"cgroup_dir,omitempty"`
 	// PID is the process that registered (the unit's ExecStart wrapper).
 	PID int32 `json:"pid,omitempty"`
+	// LogPath is the CRI log file; UID and GID its owner (-1: the pod log
+	// directory's).
+	LogPath string `json:"log_path,omitempty"`
+	UID     int    `json:"uid"`
+	GID     int    `json:"gid"`
+	// NoJournal keeps the output out of journald (config logs.journald).
+	NoJournal bool `json:"no_journal,omitempty"`
 }
 
 // New makes a server; Restore and Serve start it.
@@ -80,8 +96,10 @@ func New(o Options) *Server {
 }
 
 // fdName names a stored descriptor: kind "p" for the pipe, "s" for the
-// journald stream.
+// journald stream; the CRI log file is logFDName.
 func fdName(id, stream, kind string) string { return "lr." + id + "." + stream + "." + kind }
+
+func logFDName(id string) string { return fdName(id, "log", "f") }
 
 func parseFDName(name string) (id, stream, kind string, ok bool) {
 	rest, ok := strings.CutPrefix(name, "lr.")
@@ -98,6 +116,9 @@ func parseFDName(name string) (id, stream, kind string, ok bool) {
 		return "", "", "", false
 	}
 	id, stream = rest[:j], rest[j+1:]
+	if stream == "log" && kind == "f" && ValidID(id) {
+		return id, stream, kind, true
+	}
 	if !ValidID(id) || (stream != "out" && stream != "err") || (kind != "p" && kind != "s") {
 		return "", "", "", false
 	}
@@ -111,6 +132,7 @@ func parseFDName(name string) (id, stream, kind string, ok bool) {
 func (s *Server) Restore(files []*os.File) {
 	type pair struct{ pipe, sock *os.File }
 	byID := map[string]map[string]*pair{}
+	logFiles := map[string]*os.File{}
 	for _, f := range files {
 		id, stream, kind, ok := parseFDName(f.Name())
 		if !ok {
@@ -122,6 +144,13 @@ func (s *Server) Restore(files []*os.File) {
 		if err != nil {
 			s.log.Warn("cannot restore a relay stream", "name", f.Name(), "err", err)
 			s.forget(f.Name())
+			continue
+		}
+		if kind == "f" {
+			if old := logFiles[id]; old != nil {
+				old.Close()
+			}
+			logFiles[id] = nf
 			continue
 		}
 		if byID[id] == nil {
@@ -138,12 +167,20 @@ func (s *Server) Restore(files []*os.File) {
 			p.sock = nf
 		}
 	}
+	for id, f := range logFiles {
+		if byID[id] == nil {
+			f.Close()
+			s.forget(logFDName(id))
+		}
+	}
 	for id, streams := range byID {
-		var m meta
+		m := meta{UID: -1, GID: -1}
 		_ = statefile.Read(s.metaFile(id), &m)
-		r := &relay{id: id, meta: m, finished: make(chan struct{})}
+		r := &relay{id: id, meta: m, finished: make(chan struct{}), written: make(chan struct{})}
+		s.restoreLog(r, logFiles[id])
 		s.mu.Lock()
 		s.active[id] = r
+		started := map[string]bool{}
 		for stream, p := range streams {
 			if p.pipe == nil || p.sock == nil {
 				for kind, f := range map[string]*os.File{"p": p.pipe, "s": p.sock} {
@@ -155,12 +192,26 @@ func (s *Server) Restore(files []*os.File) {
 				continue
 			}
 			r.left++
+			r.toWrite++
 			s.startPump(r, stream, p.pipe, p.sock)
+			started[stream] = true
+		}
+		// A stream that ended before the kill leaves its record and spool.
+		for i, stream := range streamNames {
+			if !started[stream] {
+				if r.recs[i] != nil {
+					r.recs[i].close()
+				}
+				removeRecords(s.recordBase(id, stream))
+				r.spools[i].close()
+			}
 		}
 		if r.left == 0 {
 			delete(s.active, id)
 			s.done[id] = time.Now()
 			close(r.finished)
+			close(r.written)
+			s.closeLog(r)
 		}
 		s.mu.Unlock()
 		s.log.Info("resumed relaying a container's output", "container", id, "streams", r.left)
@@ -168,6 +219,158 @@ func (s *Server) Restore(files []*os.File) {
 }
 
 func (s *Server) metaFile(id string) string { return filepath.Join(s.opts.StateDir, id+".json") }
+
+func (s *Server) recordBase(id, stream string) string {
+	return filepath.Join(s.opts.StateDir, id+"."+stream+".rec")
+}
+
+func (s *Server) spoolBase(id, stream string) string {
+	return filepath.Join(s.opts.StateDir, id+"."+stream+".spool")
+}
+
+// restoreLog takes back a container's CRI log file after a relay restart:
+// the stored descriptor (the very file the records speak of, even if the
+// kubelet renamed it meanwhile) or else the file at the log path, and
+// finishes the write a kill interrupted.
+func (s *Server) restoreLog(r *relay, f *os.File) {
+	if r.LogPath == "" {
+		if f != nil {
+			f.Close()
+			s.forget(logFDName(r.id))
+		}
+		return
+	}
+	lf := &logFile{path: r.LogPath, uid: r.UID, gid: r.GID}
+	if f != nil {
+		// Adopt made it non-blocking, which a regular file ignores.
+		if err := lf.use(f); err != nil {
+			f.Close()
+		}
+	}
+	if lf.f == nil {
+		f, err := openLogFile(r.LogPath, r.UID, r.GID)
+		if err == nil {
+			err = lf.use(f)
+		}
+		if err != nil {
+			s.log.Error("cannot open the container's log file; its output reaches only journald", "container", r.id, "path", r.LogPath, "err", err)
+		} else {
+			s.storeLog(r.id, f)
+		}
+	}
+	var recs []*record
+	for i, stream := range streamNames {
+		rc, rec, err := openRecorder(s.recordBase(r.id, stream))
+		if err != nil {
+			s.log.Error("cannot keep the container's log records; a relay restart may cut a line", "container", r.id, "err", err)
+			continue
+		}
+		r.recs[i] = rc
+		var gen uint64
+		var consumed int64
+		if rec != nil {
+			recs = append(recs, rec)
+			gen, consumed = rec.gen, rec.consumed
+		}
+		sp, err := openSpool(s.spoolBase(r.id, stream), gen, consumed)
+		if err != nil {
+			s.log.Error("cannot open the stream's log spool; a relay restart may lose a chunk", "container", r.id, "err", err)
+			continue
+		}
+		r.spools[i] = sp
+	}
+	if err := lf.repair(recs); err != nil {
+		s.log.Error("cannot finish the log write a relay restart interrupted", "container", r.id, "err", err)
+	}
+	r.lf = lf
+}
+
+// newLog opens a newly registered container's log file and fresh records.
+func (s *Server) newLog(r *relay) {
+	if r.LogPath == "" {
+		return
+	}
+	lf := &logFile{path: r.LogPath, uid: r.UID, gid: r.GID}
+	f, err := openLogFile(r.LogPath, r.UID, r.GID)
+	if err == nil {
+		err = lf.use(f)
+	}
+	if err != nil {
+		s.log.Error("cannot open the container's log file; its output reaches only journald", "container", r.id, "path", r.LogPath, "err", err)
+	} else {
+		s.storeLog(r.id, f)
+	}
+	for i, stream := range streamNames {
+		removeRecords(s.recordBase(r.id, stream))
+		rc, _, err := openRecorder(s.recordBase(r.id, stream))
+		if err != nil {
+			s.log.Error("cannot keep the container's log records; a relay restart may cut a line", "container", r.id, "err", err)
+			continue
+		}
+		r.recs[i] = rc
+		if err := os.Remove(spoolPath(s.spoolBase(r.id, stream), 0)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			s.log.Warn("stale log spool", "container", r.id, "err", err)
+		}
+		sp, err := openSpool(s.spoolBase(r.id, stream), 0, 0)
+		if err != nil {
+			s.log.Error("cannot open the stream's log spool; a relay restart may lose a chunk", "container", r.id, "err", err)
+			continue
+		}
+		r.spools[i] = sp
+	}
+	r.lf = lf
+}
+
+// storeLog parks the log file in the fd store under the container's name,
+// replacing the one stored before.
+func (s *Server) storeLog(id string, f *os.File) {
+	if s.opts.Store == nil {
+		return
+	}
+	s.forget(logFDName(id))
+	if err := s.opts.Store.Store(logFDName(id), f); err != nil {
+		s.log.Warn("cannot park the container's log file in the fd store", "container", id, "err", err)
+	}
+}
+
+// closeLog closes a finished container's log file; s.mu is held.
+func (s *Server) closeLog(r *relay) {
+	if r.lf == nil {
+		return
+	}
+	r.lf.mu.Lock()
+	if r.lf.f != nil {
+		r.lf.f.Close()
+		r.lf.f = nil
+	}
+	r.lf.mu.Unlock()
+	s.forget(logFDName(r.id))
+}
+
+// reopen answers REOPEN: the kubelet renamed the log file (rotation) and
+// wants new lines in a new file at the log path; it returns once the
+// switch is done, so no line written after it reaches the renamed file.
+func (s *Server) reopen(id string) string {
+	s.mu.Lock()
+	r, ok := s.active[id]
+	s.mu.Unlock()
+	if !ok || r.lf == nil {
+		return replyUnknown
+	}
+	f, err := openLogFile(r.LogPath, r.UID, r.GID)
+	if err != nil {
+		return "ERR " + err.Error()
+	}
+	r.lf.mu.Lock()
+	err = r.lf.use(f)
+	r.lf.mu.Unlock()
+	if err != nil {
+		f.Close()
+		return "ERR " + err.Error()
+	}
+	s.storeLog(id, f)
+	return replyOK
+}
 
 // forget drops a name from the fd store.
 func (s *Server) forget(name string) {
@@ -190,7 +393,7 @@ func (s *Server) register(id string, m meta, fds []int) error {
 		closeAll(fds)
 		return fmt.Errorf("want 4 descriptors, got %d", len(fds))
 	}
-	for _, d := range []string{m.TapDir, m.CgroupDir} {
+	for _, d := range []string{m.TapDir, m.CgroupDir, m.LogPath} {
 		if d != "" && (!filepath.IsAbs(d) || filepath.Clean(d) != d) {
 			closeAll(fds)
 			return fmt.Errorf("directory %q is not a clean absolute path", d)
@@ -226,7 +429,8 @@ func (s *Server) register(id string, m meta, fds []int) error {
 		}
 	}
 	delete(s.done, id)
-	r := &relay{id: id, meta: m, left: 2, finished: make(chan struct{})}
+	r := &relay{id: id, meta: m, left: 2, toWrite: 2, finished: make(chan struct{}), written: make(chan struct{})}
+	s.newLog(r)
 	s.active[id] = r
 	s.startPump(r, "out", files[0], files[1])
 	s.startPump(r, "err", files[2], files[3])
@@ -243,24 +447,68 @@ func (s *Server) startPump(r *relay, stream string, pipe, sock *os.File) {
 		}
 		t = NewTap(filepath.Join(r.TapDir, name))
 	}
-	a := &anchor{pid: r.PID, cgroupDir: r.CgroupDir, waiter: &r.waiter}
-	if a.pid == 0 {
-		a.refresh()
+	i, cs := 0, logs.Stdout
+	if stream == "err" {
+		i, cs = 1, logs.Stderr
+	}
+	var cri *criStream
+	if r.lf != nil {
+		cri = &criStream{stream: cs, lf: r.lf, rec: r.recs[i], sp: r.spools[i]}
+	}
+	var j *journalSink
+	if !r.NoJournal {
+		a := &anchor{pid: r.PID, cgroupDir: r.CgroupDir, waiter: &r.waiter}
+		if a.pid == 0 {
+			a.refresh()
+		}
+		j = newJournalSink(sock, a)
+	}
+	failing := false
+	onWriteErr := func(err error) {
+		if err == nil {
+			if failing {
+				failing = false
+				s.log.Info("container log file writable again", "container", r.id, "stream", stream)
+			}
+			return
+		}
+		if !failing {
+			failing = true
+			s.log.Error("cannot write the container's CRI log file; its lines are lost for kubectl logs until it is writable again (journald still gets them)", "container", r.id, "stream", stream, "path", r.LogPath, "err", err)
+		}
 	}
 	go func() {
-		err := pump(pipe, sock, a, t)
+		err := pump(pipe, cri, j, t, onWriteErr)
+		s.mu.Lock()
+		if r.toWrite--; r.toWrite == 0 {
+			close(r.written)
+		}
+		s.mu.Unlock()
 		if t != nil {
 			t.Close()
+		}
+		if j != nil {
+			if !j.close(5 * time.Second) {
+				s.log.Warn("journald did not take the container's last output in time", "container", r.id, "stream", stream)
+			} else if j.err != nil {
+				s.log.Warn("journald stream failed; later output reached only the CRI log file", "container", r.id, "stream", stream, "err", j.err)
+			}
+			if n := j.dropped.Load(); n > 0 {
+				s.log.Warn("journald could not keep up: output bytes left out of the journal (the CRI log file has them)", "container", r.id, "stream", stream, "bytes", n)
+			}
 		}
 		pipe.Close()
 		sock.Close()
 		s.forget(fdName(r.id, stream, "p"))
 		s.forget(fdName(r.id, stream, "s"))
 		if err != nil {
-			// The journald stream is gone: the container gets EPIPE on
-			// its next write rather than blocking on a pipe nobody reads.
 			s.log.Warn("container output stream ended with an error", "container", r.id, "stream", stream, "err", err)
 		}
+		if r.recs[i] != nil {
+			r.recs[i].close()
+		}
+		removeRecords(s.recordBase(r.id, stream))
+		r.spools[i].close()
 		s.finish(r)
 	}()
 }
@@ -275,8 +523,9 @@ func (s *Server) finish(r *relay) {
 	delete(s.active, r.id)
 	now := time.Now()
 	s.done[r.id] = now
-	close(r.finished)
+	s.closeLog(r)
 	_ = os.Remove(s.metaFile(r.id))
+	close(r.finished)
 	for id, t := range s.done {
 		if now.Sub(t) > s.opts.DoneTTL {
 			delete(s.done, id)
@@ -284,8 +533,10 @@ func (s *Server) finish(r *relay) {
 	}
 }
 
-// wait answers WAIT: done, unknown, or timeout.
-func (s *Server) wait(ctx context.Context, id string, d time.Duration, waiter int32) string {
+// wait answers WAIT and FLUSH: done, unknown, or timeout. waiter, when
+// set, is the unit's ExecStopPost helper, which the last output is sent to
+// journald as.
+func (s *Server) wait(ctx context.Context, id string, d time.Duration, waiter int32, flush bool) string {
 	s.mu.Lock()
 	r, active := s.active[id]
 	_, done := s.done[id]
@@ -297,8 +548,13 @@ func (s *Server) wait(ctx context.Context, id string, d time.Duration, waiter in
 		}
 		t := time.NewTimer(d)
 		defer t.Stop()
+		end := r.finished
+		if flush {
+			// podunit only needs the CRI file complete.
+			end = r.written
+		}
 		select {
-		case <-r.finished:
+		case <-end:
 			return replyDone
 		case <-t.C:
 			return replyTimeout
@@ -379,24 +635,62 @@ func (s *Server) dispatch(ctx context.Context, msg []byte, fds []int, peer int32
 	}
 	switch {
 	case f[0] == "REGISTER" && len(f) == 2:
-		tapDir, cgroupDir, _ := strings.Cut(string(rest), "\n")
-		if err := s.register(f[1], meta{TapDir: tapDir, CgroupDir: cgroupDir, PID: peer}, fds); err != nil {
+		m, err := parseRegister(string(rest))
+		if err != nil {
+			closeAll(fds)
+			return "ERR " + err.Error()
+		}
+		m.PID = peer
+		if err := s.register(f[1], m, fds); err != nil {
 			return "ERR " + err.Error()
 		}
 		return replyOK
-	case f[0] == "WAIT" && len(f) == 3:
+	case (f[0] == "WAIT" || f[0] == "FLUSH") && len(f) == 3:
 		closeAll(fds)
 		ms, err := strconv.ParseInt(f[2], 10, 64)
 		if err != nil || ms < 0 || ms > 10*60*1000 || !ValidID(f[1]) {
-			return "ERR bad WAIT"
+			return "ERR bad " + f[0]
 		}
-		return s.wait(ctx, f[1], time.Duration(ms)*time.Millisecond, peer)
+		if f[0] == "FLUSH" {
+			// podunit, not a process of the unit: not one to send as.
+			peer = 0
+		}
+		return s.wait(ctx, f[1], time.Duration(ms)*time.Millisecond, peer, f[0] == "FLUSH")
+	case f[0] == "REOPEN" && len(f) == 2:
+		closeAll(fds)
+		if !ValidID(f[1]) {
+			return "ERR bad REOPEN"
+		}
+		return s.reopen(f[1])
 	case f[0] == "PING" && len(f) == 1:
 		closeAll(fds)
 		return replyOK
 	}
 	closeAll(fds)
 	return "ERR unknown request " + strconv.Quote(f[0])
+}
+
+// parseRegister reads REGISTER's lines after the first: tap dir, cgroup
+// dir, and from wrappers that know of CRI log files the log path and
+// "<uid> <gid> <journal 1|0>".
+func parseRegister(rest string) (meta, error) {
+	m := meta{UID: -1, GID: -1}
+	lines := strings.Split(rest, "\n")
+	get := func(i int) string {
+		if i < len(lines) {
+			return lines[i]
+		}
+		return ""
+	}
+	m.TapDir, m.CgroupDir, m.LogPath = get(0), get(1), get(2)
+	if opts := get(3); opts != "" {
+		var journal int
+		if _, err := fmt.Sscanf(opts, "%d %d %d", &m.UID, &m.GID, &journal); err != nil {
+			return m, fmt.Errorf("bad log options %q: %w", opts, err)
+		}
+		m.NoJournal = journal == 0
+	}
+	return m, nil
 }
 
 // Listen binds the relay's socket (mode 0600), replacing a stale one but

@@ -61,7 +61,9 @@ func TestTapDeliversPartialLinesAndDropsSlowReaders(t *testing.T) {
 	}
 	done := make(chan struct{})
 	go func() {
-		pump(os.NewFile(uintptr(in[0]), "in"), os.NewFile(uintptr(out[1]), "out"), &anchor{}, tp)
+		j := newJournalSink(os.NewFile(uintptr(out[1]), "out"), &anchor{})
+		_ = pump(os.NewFile(uintptr(in[0]), "in"), nil, j, tp, func(error) {})
+		j.close(time.Second)
 		close(done)
 	}()
 	if _, err := unix.Write(in[1], []byte("hello")); err != nil {

@@ -1,14 +1,7 @@
-// Package logs writes the CRI log files the kubelet reads (`kubectl logs`)
-// from the journal.
-//
-// journald is the first sink: systemd connects each container's stdout and
-// stderr to journald (two stream connections opened by `podunit _stdio`), so
-// no podunit process sits in the data path and a container never blocks on
-// podunit. One `journalctl --follow` child for all containers feeds a
-// Manager that dispatches entries by CONTAINER_ID to per-container writers.
-// Each writer records, durably and after fsyncing the file, the journal
-// position of the last entry it wrote and the file offset it reached, so a
-// podunit killed at any point resumes without losing or repeating a line.
+// Package logs holds what podunit and its log relay share about container
+// output: the CRI log line format the kubelet parses (the relay, package
+// logrelay, writes the files) and the journal fields a container unit
+// carries, so operators find its lines in journald.
 // docs/logs.md has the whole design.
 package logs
 
@@ -16,9 +9,9 @@ import (
 	"strconv"
 )
 
-// Journal fields every container unit carries through LogExtraFields=. The
-// follower selects container output with FieldLog=1; the others name the
-// container for operators (`journalctl POD_NAME=web`) and the dispatcher.
+// Journal fields every container unit carries through LogExtraFields=:
+// FieldLog=1 marks container output, the others name the container for
+// operators (`journalctl POD_NAME=web`, `journalctl CONTAINER_ID=...`).
 const (
 	FieldLog              = "PODUNIT_LOG"
 	FieldPodNamespace     = "POD_NAMESPACE"
@@ -27,24 +20,6 @@ const (
 	FieldContainerName    = "CONTAINER_NAME"
 	FieldContainerID      = "CONTAINER_ID"
 	FieldContainerAttempt = "CONTAINER_ATTEMPT"
-)
-
-// Journal fields journald itself sets that the follower reads.
-const (
-	fieldMessage   = "MESSAGE"
-	fieldPriority  = "PRIORITY"
-	fieldLineBreak = "_LINE_BREAK"
-	fieldTransport = "_TRANSPORT"
-	fieldCursor    = "__CURSOR"
-	fieldRealtime  = "__REALTIME_TIMESTAMP"
-)
-
-// Syslog priorities of the two journal streams of a container (the stdio
-// wrapper's stream headers). The level prefix is off in those headers, so a
-// container cannot change them by printing "<3>".
-const (
-	PriorityStdout = 6
-	PriorityStderr = 3
 )
 
 // Identity names a container in the journal.
@@ -57,8 +32,7 @@ type Identity struct {
 	Attempt       uint32
 }
 
-// ExtraFields returns the unit's LogExtraFields= values ("NAME=value"),
-// including FieldLog=1 that makes the follower pick the unit's output up.
+// ExtraFields returns the unit's LogExtraFields= values ("NAME=value").
 func ExtraFields(id Identity) []string {
 	return []string{
 		FieldLog + "=1",
@@ -79,12 +53,3 @@ const (
 	Stdout Stream = "stdout"
 	Stderr Stream = "stderr"
 )
-
-// StreamOf maps a journal PRIORITY to the CRI stream: the stderr stream's
-// priority (or anything more severe) is stderr, all else stdout.
-func StreamOf(priority int) Stream {
-	if priority <= PriorityStderr {
-		return Stderr
-	}
-	return Stdout
-}

@@ -72,7 +72,8 @@ func StartRelay(o Options, pidFile string, warn io.Writer) error {
 		if o.StdinFIFO != "" {
 			tapDir = filepath.Dir(o.StdinFIFO)
 		}
-		err := logrelay.Register(o.RelaySocket, o.RelayID, tapDir, unitCgroupDir(ownCgroupDir(o.CgroupRoot), o.CgroupLeaf), outP[0], outSock, errP[0], errSock, 10*time.Second)
+		lo := logrelay.LogOptions{Path: o.LogPath, UID: -1, GID: -1, NoJournal: o.NoJournal}
+		err := logrelay.Register(o.RelaySocket, o.RelayID, tapDir, unitCgroupDir(ownCgroupDir(o.CgroupRoot), o.CgroupLeaf), lo, outP[0], outSock, errP[0], errSock, 10*time.Second)
 		if err == nil {
 			for _, p := range pairs {
 				p[0].Close()

@@ -29,9 +29,9 @@ import (
 // DefaultSocket is journald's stdout stream socket.
 const DefaultSocket = "/run/systemd/journal/stdout"
 
-// Syslog priorities of the two streams: the CRI log follower tells stdout
-// from stderr by them, and the level prefix is off so a container cannot
-// forge one.
+// Syslog priorities of the two streams: operators tell stdout from stderr
+// in the journal by them, and the level prefix is off so a container
+// cannot forge one.
 const (
 	PriorityStdout = 6 // info
 	PriorityStderr = 3 // err
@@ -57,7 +57,12 @@ type Options struct {
 	// answer, per-container relay processes in the unit take its place.
 	RelaySocket string
 	RelayID     string
-	Argv        []string
+	// LogPath is the container's CRI log file, which the relay writes;
+	// NoJournal keeps the output out of journald (the relay's choice: the
+	// streams are opened anyway, for the fallback without a relay).
+	LogPath   string
+	NoJournal bool
+	Argv      []string
 }
 
 // ParseArgs parses `--unit U --identifier I [--socket P] -- ARGV...`.
@@ -74,6 +79,8 @@ func ParseArgs(args []string) (Options, error) {
 	fs.StringVar(&o.PIDFile, "pid-file", "", "the runtime's pid file: wait until the container's init is our child")
 	fs.StringVar(&o.RelaySocket, "relay-socket", "", "the node's log relay")
 	fs.StringVar(&o.RelayID, "relay-id", "", "the container's id at the log relay")
+	fs.StringVar(&o.LogPath, "log-path", "", "the CRI log file the relay writes")
+	fs.BoolVar(&o.NoJournal, "no-journal", false, "the relay leaves journald out")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

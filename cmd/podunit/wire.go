@@ -15,7 +15,6 @@ import (
 	"github.com/podunit/podunit/gc"
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/logrelay"
-	"github.com/podunit/podunit/logs"
 	"github.com/podunit/podunit/metrics"
 	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/stats"
@@ -30,7 +29,6 @@ type services struct {
 	images  *imagestore.Store
 	pods    *sandbox.Manager
 	ctrs    *container.Manager
-	logs    *logs.Manager
 	stream  *streaming.Server
 	hub     *events.Hub
 	metrics *metrics.Server
@@ -52,9 +50,6 @@ func (s *services) close() {
 	}
 	if s.hub != nil {
 		s.hub.Close()
-	}
-	if s.logs != nil {
-		s.logs.Close()
 	}
 	if s.images != nil {
 		s.images.Close()
@@ -115,15 +110,6 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	}
 	s.pods = pods
 
-	lm, err := logs.New(logs.Options{
-		StateDir: filepath.Join(cfg.Paths.StateDir, "logs"),
-		Logger:   log.With("component", "logs"),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("log manager: %w", err)
-	}
-	s.logs = lm
-
 	// The hub exists before the managers: recovery already publishes
 	// exits, which the hub keeps for the kubelet's first subscription.
 	s.hub = events.NewHub(events.HubOptions{})
@@ -133,14 +119,16 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	if err != nil {
 		return nil, err
 	}
-	// The node's log relay moves container output to journald from
-	// outside the container units (package logrelay); it outlives podunit.
+	// The node's log relay writes container output to the CRI log files
+	// and journald from outside the container units (package logrelay); it
+	// outlives podunit.
 	relaySock := filepath.Join(cfg.Paths.RunDir, "logrelay.sock")
+	lm := logrelay.Client{Socket: relaySock}
 	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
 	err = logrelay.Ensure(rctx, sd, copts.Self, relaySock, filepath.Join(cfg.Paths.RunDir, "logrelay"))
 	rcancel()
 	if err != nil {
-		log.Warn("no log relay: container output is relayed from inside each unit, and the last output of an exiting container can be cut", "err", err)
+		log.Warn("no log relay: container output is relayed to journald from inside each unit, no CRI log file is written (kubectl logs stays empty) and the last output of an exiting container can be cut", "err", err)
 	} else {
 		copts.LogRelaySocket = relaySock
 	}
@@ -156,20 +144,12 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	}
 	s.ctrs = ctrs
 
-	// Pods first (containers look their pod up), then containers, then the
-	// log follower, which resumes every container registered before.
+	// Pods first (containers look their pod up), then containers.
 	if err := pods.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover pods: %w", err)
 	}
 	if err := ctrs.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover containers: %w", err)
-	}
-	if err := lm.Start(ctx); err != nil {
-		return nil, fmt.Errorf("start log follower: %w", err)
-	}
-	// Log registrations of containers removed while podunit was down.
-	if err := ctrs.PruneLogs(); err != nil {
-		log.Warn("pruning log registrations", "err", err)
 	}
 	// Leftovers of a crash (units, mounts, storage containers, dirs with
 	// no record) go before the CRI serves, when nothing is in flight.
