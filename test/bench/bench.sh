@@ -202,8 +202,14 @@ cp "$BASE/ctrd/config.toml" "$BENCH_OUT/containerd.toml"
 # is split into io.containerd.cri.v1.images (pull, pause image, registry) and
 # io.containerd.cri.v1.runtime (runtimes, CNI); the grpc.v1.cri plugin keeps
 # the streaming server. runtime_path: its own shim, not Debian's 1.6 shim
-# that PATH would find first. Images are pulled through the transfer service,
-# the 2.x default, which takes the registry's config_path from here.
+# that PATH would find first. use_local_image_pull: the client-side pull that
+# 2.0 used, not the transfer service that 2.1+ defaults to: with the transfer
+# service, critest -benchmark's image lifecycle (the same image pulled and
+# removed by two workers at once) fails, because CRI's PullImage looks the
+# image up again after the transfer and the other worker's RemoveImage can
+# come in between ("failed to get image ... from containerd image store: not
+# found", 2.4.2 internal/cri/server/images/image_pull.go); 1.6 and the local
+# pull return the image the pull made.
 cat >"$BASE/ctrd2/config.toml" <<EOF
 # written by test/bench/bench.sh: containerd $("$CTRD2_DIR/containerd" --version | awk '{print $3}') (test/bench/build-containerd2.sh),
 # CRI plugin, runc, systemd cgroup driver, the same CNI conflist and registry
@@ -217,6 +223,7 @@ state = "/run/bench-containerd2/state"
 [plugins]
   [plugins.'io.containerd.cri.v1.images']
     snapshotter = "overlayfs"
+    use_local_image_pull = true
     [plugins.'io.containerd.cri.v1.images'.pinned_images]
       sandbox = "registry.k8s.io/pause:3.6"
     [plugins.'io.containerd.cri.v1.images'.registry]

@@ -97,7 +97,8 @@ func renderReferences(w writer) {
 		"(`CGO_ENABLED=0`, tag no_grpc), as containerd's Makefile builds them; cached in /var/cache/podunit-containerd " +
 		"by version. Config version 3 written by bench.sh (containerd2.toml): the same settings in the 2.x plugins " +
 		"(io.containerd.cri.v1.images, io.containerd.cri.v1.runtime, io.containerd.grpc.v1.cri), its own shim " +
-		"(`runtime_path`), images pulled through the transfer service (the 2.x default), root /var/lib/bench-containerd2, " +
+		"(`runtime_path`), images pulled client-side (`use_local_image_pull = true`, as 2.0; with 2.1's default transfer " +
+		"service critest's parallel pull-and-remove of one image fails, see bench.sh), root /var/lib/bench-containerd2, " +
 		"socket /run/bench-containerd2/containerd.sock.\n" +
 		"- Both: the same runc binary (/usr/sbin/runc), CNI conflist and plugins (/usr/lib/cni), registry hosts " +
 		"(certs.d), `restrict_oom_score_adj = true`; each runs as a transient service with Delegate=yes, KillMode=process " +
