@@ -205,7 +205,7 @@ cp "$BASE/ctrd/config.toml" "$BENCH_OUT/containerd.toml"
 # that PATH would find first. use_local_image_pull: the client-side pull that
 # 2.0 used, not the transfer service that 2.1+ defaults to: with the transfer
 # service, critest -benchmark's image lifecycle (the same image pulled and
-# removed by two workers at once) fails, because CRI's PullImage looks the
+# removed by two workers at once) fails now and then, because PullImage looks the
 # image up again after the transfer and the other worker's RemoveImage can
 # come in between ("failed to get image ... from containerd image store: not
 # found", 2.4.2 internal/cri/server/images/image_pull.go); 1.6 and the local
