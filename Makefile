@@ -161,10 +161,12 @@ kubelet-e2e: critest-tools build kubelet
 
 ## -------------------------------------------------------------- bench ----
 
-# podunit beside Debian's containerd 1.6.20 in one systemd harness, same
-# images, CNI network and machine, alternating; writes docs/benchmarks.md
-# (raw results in /var/tmp/podunit-bench). ROUNDS=N, ONLY='runp pull ...':
-# see test/bench/bench.sh. Needs the test deps and `apt-get install containerd`.
+# podunit beside Debian's containerd 1.6.20 and containerd 2.4.2 (built from
+# the Go module proxy by test/bench/build-containerd2.sh, cached in
+# /var/cache/podunit-containerd) in one systemd harness, same images, CNI
+# network and machine, alternating; writes docs/benchmarks.md (raw results in
+# /var/tmp/podunit-bench). ROUNDS=N, ONLY='runp pull ...': see
+# test/bench/bench.sh. Needs the test deps and `apt-get install containerd`.
 .PHONY: bench
 bench: critest-tools build
 	@source $(KIT)/lib.sh && require_root && ensure_packages containerd

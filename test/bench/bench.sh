@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# bench.sh — `make bench`: podunit beside Debian's containerd 1.6.20 in one
-# systemd harness, same images, same CNI network, same machine, alternating;
-# writes docs/benchmarks.md from what this run measured.
+# bench.sh — `make bench`: podunit beside two reference runtimes, Debian's
+# containerd 1.6.20 and containerd 2.4.2 (built from the Go module proxy by
+# test/bench/build-containerd2.sh, cached), in one systemd harness, same
+# images, same CNI network, same machine, alternating; writes
+# docs/benchmarks.md from what this run measured. Every ratio is against the
+# better of the two containerds in the run.
 #
 #   bash test/bench/bench.sh            (make bench)
 # Environment:
@@ -11,17 +14,22 @@
 #   ROUNDS          alternating rounds of every figure but density (default 2)
 #   ONLY            space-separated subset of: runp pull startlat critest logs density profile
 #   KEEP=1          leave the harness running at the end (debugging)
+#   CONTAINERD2_VERSION, CONTAINERD2_CACHE  see test/bench/build-containerd2.sh
 #
 # Layout: one harness (test/harness/podunit-harness.sh, --host-net --net-rw)
-# runs both podunit.service and bench-containerd.service (containerd 1.6.20 with the
-# CRI plugin, runc, SystemdCgroup = true). Both use one CNI conflist: the
+# runs podunit.service, bench-containerd.service (containerd 1.6.20 with the
+# CRI plugin, runc, SystemdCgroup = true) and bench-containerd2.service
+# (containerd 2.4.2, config version 3, its CRI plugins, the same runc binary
+# and options; its own root, state and socket, and its own shim binary). All
+# three use one CNI conflist: the
 # project's test network (test/cni/10-podunit-test.conflist) with only bridge
 # name and subnet changed (pu-bench0, 10.215.0.0/16) so that a critest run of
 # test/critest on the same host cannot collide with it; its host-local
-# addresses live in the harness, shared by both runtimes. Both pull from the
+# addresses live in the harness, shared by the runtimes. All pull from the
 # local registry (127.0.0.1:5000): podunit with test/critest/registries.conf,
-# containerd with equivalent certs.d files written here. Within a round each
-# figure runs for one runtime, then the other; the order flips every round.
+# both containerds with the same certs.d files written here. Within a round
+# each figure runs for one runtime after the other; the order reverses every
+# round.
 # A figure that fails for a runtime is recorded in failures.txt and shows up
 # in the table as "not measured: <reason>"; the run goes on.
 set -euo pipefail
@@ -56,6 +64,9 @@ case $PODUNIT_BINARY in "$REPO"/*) ;; *) die "PODUNIT_BINARY must lie inside $RE
 for c in crictl critest containerd containerd-shim-runc-v2 runc skopeo jq bc curl iptables; do
 	command -v "$c" >/dev/null || die "$c missing (make deps-test; apt-get install containerd)"
 done
+# the second reference: containerd 2.x from the Go module proxy, cached
+log "containerd 2: test/bench/build-containerd2.sh (cached after the first build)"
+CTRD2_DIR=$(bash "$BENCH_DIR/build-containerd2.sh") || die "test/bench/build-containerd2.sh failed"
 
 want() { [[ " $ONLY " == *" $1 "* ]]; }
 
@@ -71,11 +82,12 @@ cleanup() {
 			log "KEEP=1: harness left at $D; stop: bash $HARNESS stop $D; ip link del $BRIDGE"
 			exit "$rc"
 		fi
-		for ep in "$PU" "$CD"; do
+		for ep in "$PU" "$CD" "$CD2"; do
 			crictl --runtime-endpoint "$ep" --image-endpoint "$ep" rmp -a -f >/dev/null 2>&1 || true
 		done
 		journalctl -D "$D/run/log/journal" --no-pager -o short-precise -u podunit.service >"$BENCH_OUT/podunit.journal" 2>&1 || true
-		bash "$HARNESS" exec "$D" systemctl stop podunit.service bench-containerd.service >/dev/null 2>&1 || true
+		journalctl -D "$D/run/log/journal" --no-pager -o short-precise -u bench-containerd2.service >"$BENCH_OUT/containerd2.journal" 2>&1 || true
+		bash "$HARNESS" exec "$D" systemctl stop podunit.service bench-containerd.service bench-containerd2.service >/dev/null 2>&1 || true
 		bash "$HARNESS" stop "$D" || rc=1
 	fi
 	if [[ -n $BASE ]]; then
@@ -118,8 +130,9 @@ BASE=$(mktemp -d /tmp/pub-XXXXXX) # short: sockets live in $BASE/sd/run
 D=$BASE/sd
 PU=unix://$D/run/podunit/podunit.sock
 CD=unix://$D/run/bench-containerd/containerd.sock
+CD2=unix://$D/run/bench-containerd2/containerd.sock
 LOGROOT=$BASE/logbench
-mkdir -p "$BASE"/{pulib,ctrd,pods,etc,cni,certs.d} "$LOGROOT"
+mkdir -p "$BASE"/{pulib,ctrd,ctrd2,pods,etc,cni,certs.d} "$LOGROOT"
 cat /proc/sys/net/ipv4/ip_forward >"$BASE/ip_forward.orig"
 iptables -I FORWARD -s "$SUBNET" ! -d "$SUBNET" -m comment --comment podunit-bench -j DROP
 iptables -I FORWARD -d "$SUBNET" ! -s "$SUBNET" -m comment --comment podunit-bench -j DROP
@@ -185,21 +198,76 @@ state = "/run/bench-containerd/state"
 EOF
 cp "$BASE/ctrd/config.toml" "$BENCH_OUT/containerd.toml"
 
+# containerd 2.x: the same settings in config version 3, where the CRI plugin
+# is split into io.containerd.cri.v1.images (pull, pause image, registry) and
+# io.containerd.cri.v1.runtime (runtimes, CNI); the grpc.v1.cri plugin keeps
+# the streaming server. runtime_path: its own shim, not Debian's 1.6 shim
+# that PATH would find first. use_local_image_pull: the client-side pull that
+# 2.0 used, not the transfer service that 2.1+ defaults to: with the transfer
+# service, critest -benchmark's image lifecycle (the same image pulled and
+# removed by two workers at once) fails now and then, because PullImage looks the
+# image up again after the transfer and the other worker's RemoveImage can
+# come in between ("failed to get image ... from containerd image store: not
+# found", 2.4.2 internal/cri/server/images/image_pull.go); 1.6 and the local
+# pull return the image the pull made.
+cat >"$BASE/ctrd2/config.toml" <<EOF
+# written by test/bench/bench.sh: containerd $("$CTRD2_DIR/containerd" --version | awk '{print $3}') (test/bench/build-containerd2.sh),
+# CRI plugin, runc, systemd cgroup driver, the same CNI conflist and registry
+version = 3
+root = "/var/lib/bench-containerd2/root"
+state = "/run/bench-containerd2/state"
+[grpc]
+  address = "/run/bench-containerd2/containerd.sock"
+[ttrpc]
+  address = "/run/bench-containerd2/containerd.sock.ttrpc"
+[plugins]
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = "overlayfs"
+    use_local_image_pull = true
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = "registry.k8s.io/pause:3.6"
+    [plugins.'io.containerd.cri.v1.images'.registry]
+      config_path = "$BASE/certs.d"
+  [plugins.'io.containerd.cri.v1.runtime']
+    # no CAP_SYS_RESOURCE in this machine's bounding set (see test/critest/README.md)
+    restrict_oom_score_adj = true
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = "runc"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        runtime_path = "$CTRD2_DIR/containerd-shim-runc-v2"
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+          BinaryName = "/usr/sbin/runc"
+          SystemdCgroup = true
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ["/usr/lib/cni"]
+      conf_dir = "$BASE/cni"
+      max_conf_num = 1
+  [plugins.'io.containerd.grpc.v1.cri']
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+EOF
+cp "$BASE/ctrd2/config.toml" "$BENCH_OUT/containerd2.toml"
+
 log "booting the harness in $D"
 bash "$HARNESS" start "$D" --host-net --net-rw --bind "$REPO" --bind "$BASE/cni" --bind "$BASE/certs.d" \
 	--bind "$BASE/pulib:/var/lib/podunit" --bind "$BASE/ctrd:/var/lib/bench-containerd" \
+	--bind "$BASE/ctrd2:/var/lib/bench-containerd2" --bind "$CTRD2_DIR" \
 	--bind "$BASE/pods:/var/log/pods" --bind "$BASE/etc:/etc/podunit" --bind "$LOGROOT" >"$BASE/env"
 HNAME=$(bash "$HARNESS" name "$D")
 HPID=$(awk -F= '$1 == "PODUNIT_HARNESS_PID" {print $2}' "$BASE/env")
 hx() { bash "$HARNESS" exec "$D" "$@"; }
 
-log "starting podunit and containerd in the harness"
+log "starting podunit and both containerds in the harness"
 hx systemd-run --unit=podunit.service --collect -p Type=notify -p NotifyAccess=main \
 	-p TimeoutStartSec=60 -p TimeoutStopSec=30 "$PODUNIT_BINARY" serve --config /etc/podunit/podunit.toml
 # what Debian's containerd.service sets that matters here
 hx systemd-run --unit=bench-containerd.service --collect -p Delegate=yes -p KillMode=process \
 	-p LimitNOFILE=infinity -p TasksMax=infinity /usr/bin/containerd --config /var/lib/bench-containerd/config.toml
-for ep in "$PU" "$CD"; do
+# containerd 2 the same way (containerd's own containerd.service sets the same)
+hx systemd-run --unit=bench-containerd2.service --collect -p Delegate=yes -p KillMode=process \
+	-p LimitNOFILE=infinity -p TasksMax=infinity "$CTRD2_DIR/containerd" --config /var/lib/bench-containerd2/config.toml
+for ep in "$PU" "$CD" "$CD2"; do
 	for _ in $(seq 1 150); do
 		crictl --runtime-endpoint "$ep" --image-endpoint "$ep" version >/dev/null 2>&1 && break
 		sleep 0.2
@@ -224,6 +292,7 @@ done
 		kv[1] == "vcs.modified" && kv[2] == "true" {m = " + uncommitted changes"}
 		END {print r m " (commit time " t ")"}')"
 	echo "containerd=$(containerd --version | awk '{print $3}')"
+	echo "containerd2=$("$CTRD2_DIR/containerd" --version | awk '{print $3}' | sed 's/^v//')"
 	echo "runc=$(runc --version | awk 'NR == 1 {print $3}')"
 	echo "critest=$(critest --version 2>/dev/null | awk '{print $3}')"
 	echo "load_start=$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -241,11 +310,28 @@ fail() { # FIGURE RUNTIME LOGFILE
 	printf '%s\t%s\t%s\n' "$1" "$2" "${why:-no output}" >>"$BENCH_OUT/failures.txt"
 }
 
-sleep 5
-"$CRIBENCH" idle -harness "$HNAME" -pid1 "$HPID" -out "$RES"
+# a runtime's daemon process in the harness, for cribench: COMM[@ARG], the
+# process named COMM with ARG among its arguments (two processes are named
+# containerd; each has its own config file)
+daemon_of() {
+	case $1 in
+	podunit) echo podunit ;;
+	containerd) echo containerd@/var/lib/bench-containerd/config.toml ;;
+	containerd2) echo containerd@/var/lib/bench-containerd2/config.toml ;;
+	esac
+}
+endpoint() {
+	case $1 in
+	podunit) echo "$PU" ;;
+	containerd) echo "$CD" ;;
+	containerd2) echo "$CD2" ;;
+	esac
+}
+RUNTIMES=(podunit containerd containerd2)
 
-endpoint() { [[ $1 == podunit ]] && echo "$PU" || echo "$CD"; }
-daemon_comm() { [[ $1 == podunit ]] && echo podunit || echo containerd; }
+sleep 5
+"$CRIBENCH" idle -harness "$HNAME" -pid1 "$HPID" -out "$RES" \
+	$(for rt in "${RUNTIMES[@]}"; do printf -- '-daemon %s=%s ' "$rt" "$(daemon_of "$rt")"; done)
 
 
 run_figure() { # FIGURE RUNTIME ROUND
@@ -286,12 +372,12 @@ run_figure() { # FIGURE RUNTIME ROUND
 			bash "$BENCH_DIR/logs.sh" -n 1000000 -r 1 -d "$LOGROOT" "$rt=$ep" >"$lg" 2>&1 || fail logs "$rt" "$lg" ;;
 	density)
 		"$CRIBENCH" density -endpoint "$ep" -name "$rt" -counts 1,50,100 -harness "$HNAME" -pid1 "$HPID" \
-			-daemon "$(daemon_comm "$rt")" -out "$RES" >"$lg" 2>&1 || fail density "$rt" "$lg" ;;
+			-daemon "$(daemon_of "$rt")" -out "$RES" >"$lg" 2>&1 || fail density "$rt" "$lg" ;;
 	esac
 }
 
 for round in $(seq 1 "$ROUNDS"); do
-	if ((round % 2)); then order="podunit containerd"; else order="containerd podunit"; fi
+	if ((round % 2)); then order="${RUNTIMES[*]}"; else order=$(printf '%s\n' "${RUNTIMES[@]}" | tac | tr '\n' ' '); fi
 	for fig in runp pull startlat critest logs density; do
 		want "$fig" || continue
 		[[ $fig != density || $round == 1 ]] || continue # steady state: once is enough

@@ -137,18 +137,44 @@ func stableSnapshot(harness string) (map[procKey]proc, error) {
 	return b, nil
 }
 
-// ownProcess reports whether a process with this comm belongs to the
-// runtime itself: its daemon, and for podunit the node-wide log relay
-// (comm is cut to 15 bytes: "podunit-logrela"). containerd's shims are
-// per-container overhead, not the daemon.
-func ownProcess(daemon, comm string) bool {
-	if comm == daemon {
-		return true
+// daemonSpec names a runtime's daemon among the harness' processes: the
+// processes named Comm, and when Arg is set only those with Arg among their
+// arguments (two containerds run in the harness, each with its own config
+// file). Written COMM[@ARG] on the command line.
+type daemonSpec struct{ Comm, Arg string }
+
+func parseDaemon(s string) (daemonSpec, error) {
+	comm, arg, _ := strings.Cut(s, "@")
+	if comm == "" {
+		return daemonSpec{}, fmt.Errorf("daemon %q: want COMM[@ARG]", s)
 	}
-	return daemon == "podunit" && comm == "podunit-logrela"
+	return daemonSpec{comm, arg}, nil
 }
 
-func densityPoint(count int, base, now map[procKey]proc, pid1 int, daemon string) DensityPoint {
+// ownProcess reports whether a process belongs to the runtime itself: its
+// daemon, and for podunit the node-wide log relay (comm is cut to 15 bytes:
+// "podunit-logrela"). containerd's shims are per-container overhead, not the
+// daemon.
+func (d daemonSpec) ownProcess(p proc) bool {
+	if d.Comm == "podunit" && p.Comm == "podunit-logrela" {
+		return true
+	}
+	if p.Comm != d.Comm {
+		return false
+	}
+	if d.Arg == "" {
+		return true
+	}
+	args := strings.Split(strings.TrimSuffix(string(p.Cmdline), "\x00"), "\x00")
+	for _, a := range args[1:] {
+		if a == d.Arg {
+			return true
+		}
+	}
+	return false
+}
+
+func densityPoint(count int, base, now map[procKey]proc, pid1 int, daemon daemonSpec) DensityPoint {
 	d := DensityPoint{Count: count, HarnessProcs: len(now), OverheadComms: map[string]int{}}
 	for k, p := range now {
 		switch {
@@ -156,7 +182,7 @@ func densityPoint(count int, base, now map[procKey]proc, pid1 int, daemon string
 			d.ContainerProcs++
 		case p.PID == pid1:
 			d.PID1RSS, d.PID1PSS = p.RSS, p.PSS
-		case ownProcess(daemon, p.Comm):
+		case daemon.ownProcess(p):
 			d.DaemonRSS += p.RSS
 			d.DaemonPSS += p.PSS
 		case p.Comm == "systemd-journal":
@@ -182,15 +208,19 @@ func cmdDensity(args []string) (retErr error) {
 	countsFlag := fs.String("counts", "1,50,100", "running container counts to measure at")
 	harness := fs.String("harness", "", "the harness' cgroup name (podunit-harness.sh name DIR)")
 	pid1 := fs.Int("pid1", 0, "host PID of the harness' systemd")
-	daemon := fs.String("daemon", "", "comm of the runtime daemon (podunit, containerd)")
+	daemonFlag := fs.String("daemon", "", "the runtime daemon, COMM[@ARG] (podunit, containerd@/path/config.toml)")
 	settle := fs.Duration("settle", 5*time.Second, "wait after the last start before measuring")
 	fs.Parse(args)
 	counts, err := parseCounts(*countsFlag)
 	if err != nil {
 		return err
 	}
-	if *harness == "" || *pid1 == 0 || *daemon == "" {
+	if *harness == "" || *pid1 == 0 {
 		return fmt.Errorf("-harness, -pid1 and -daemon are required")
+	}
+	daemon, err := parseDaemon(*daemonFlag)
+	if err != nil {
+		return err
 	}
 	ctx := context.Background()
 	if err := t.connect(ctx); err != nil {
@@ -206,7 +236,7 @@ func cmdDensity(args []string) (retErr error) {
 	if err != nil {
 		return err
 	}
-	points := []DensityPoint{densityPoint(0, base, base, *pid1, *daemon)}
+	points := []DensityPoint{densityPoint(0, base, base, *pid1, daemon)}
 	running := 0
 	for _, c := range counts {
 		// two at a time: the figure is the steady state, not start-up speed
@@ -237,7 +267,7 @@ func cmdDensity(args []string) (retErr error) {
 		if err != nil {
 			return err
 		}
-		p := densityPoint(c, base, now, *pid1, *daemon)
+		p := densityPoint(c, base, now, *pid1, daemon)
 		if p.ContainerProcs != c {
 			return fmt.Errorf("%d containers started, %d container processes found in the harness", c, p.ContainerProcs)
 		}
@@ -258,15 +288,27 @@ func comms(m map[string]int) string {
 	return strings.Join(s, " ")
 }
 
-// cmdIdle records both daemons' memory and PID 1's before any benchmark ran.
+// cmdIdle records each daemon's memory and PID 1's before any benchmark ran.
 func cmdIdle(args []string) error {
 	fs := flag.NewFlagSet("idle", flag.ExitOnError)
 	harness := fs.String("harness", "", "the harness' cgroup name")
 	pid1 := fs.Int("pid1", 0, "host PID of the harness' systemd")
 	out := fs.String("out", "", "result file (JSON); appended to")
+	var names []string
+	daemons := map[string]daemonSpec{}
+	fs.Func("daemon", "NAME=COMM[@ARG]: a runtime and its daemon process (repeated)", func(s string) error {
+		name, spec, ok := strings.Cut(s, "=")
+		d, err := parseDaemon(spec)
+		if !ok || name == "" || err != nil {
+			return fmt.Errorf("want NAME=COMM[@ARG], got %q", s)
+		}
+		names = append(names, name)
+		daemons[name] = d
+		return nil
+	})
 	fs.Parse(args)
-	if *harness == "" || *pid1 == 0 || *out == "" {
-		return fmt.Errorf("-harness, -pid1 and -out are required")
+	if *harness == "" || *pid1 == 0 || *out == "" || len(names) == 0 {
+		return fmt.Errorf("-harness, -pid1, -out and -daemon are required")
 	}
 	snap, err := stableSnapshot(*harness)
 	if err != nil {
@@ -274,19 +316,25 @@ func cmdIdle(args []string) error {
 	}
 	params := map[string]string{}
 	for _, p := range snap {
-		switch {
-		case p.PID == *pid1:
+		if p.PID == *pid1 {
 			params["pid1_rss_kib"] = strconv.FormatInt(p.RSS, 10)
-		case p.Comm == "podunit" || p.Comm == "containerd":
-			params[p.Comm+"_rss_kib"] = strconv.FormatInt(p.RSS, 10)
-			params[p.Comm+"_pss_kib"] = strconv.FormatInt(p.PSS, 10)
+		}
+		for name, d := range daemons {
+			// the daemon itself (not podunit's log relay), as before any container
+			if p.Comm == d.Comm && d.ownProcess(p) {
+				params[name+"_rss_kib"] = strconv.FormatInt(p.RSS, 10)
+				params[name+"_pss_kib"] = strconv.FormatInt(p.PSS, 10)
+			}
 		}
 	}
-	for _, k := range []string{"podunit_rss_kib", "containerd_rss_kib"} {
+	var line []string
+	for _, name := range names {
+		k := name + "_rss_kib"
 		if params[k] == "" {
-			return fmt.Errorf("idle: no %s process in the harness", strings.TrimSuffix(k, "_rss_kib"))
+			return fmt.Errorf("idle: no %s process in the harness", name)
 		}
+		line = append(line, fmt.Sprintf("%s RSS %s KiB", name, params[k]))
 	}
-	fmt.Printf("idle: podunit RSS %s KiB, containerd RSS %s KiB\n", params["podunit_rss_kib"], params["containerd_rss_kib"])
+	fmt.Printf("idle: %s\n", strings.Join(line, ", "))
 	return appendResult(*out, Result{Kind: "idle", Params: params})
 }

@@ -7,34 +7,47 @@ import (
 	"strings"
 )
 
-// target is one of the issue's goals, judged on this run's numbers.
+// goal is one of the issue's targets, judged on this run's numbers: podunit's
+// figure, each reference's (in the order of refs), the ratio to the better
+// reference and the verdict.
 type goal struct {
-	figure, goal, podunit, containerd, ratio, verdict string
+	figure, goal, podunit string
+	refs                  []string
+	ratio, verdict        string
 }
 
 func (r *run) render(b *strings.Builder, command string) {
 	m := r.machine
 	w := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
-	w("# Benchmarks: podunit beside containerd %s\n\n", m["containerd"])
+	var names []string
+	for _, rt := range refs {
+		if m[rt] != "" {
+			names = append(names, m[rt])
+		}
+	}
+	w("# Benchmarks: podunit beside containerd %s\n\n", strings.Join(names, " and "))
 	w("Written by `%s` (test/bench/bench.sh) on %s. Every number below was measured in that run; ", command, m["date"])
-	w("raw results, logs and profiles are in `%s` of the machine that ran it. Ratios are podunit / containerd.\n\n", r.dir)
+	w("raw results, logs and profiles are in `%s` of the machine that ran it. Ratios are podunit / the better "+
+		"(lower latency, higher throughput) of the two containerds in this run, for each figure and percentile on its own; "+
+		"the version in parentheses says which containerd that was.\n\n", r.dir)
 
 	w("## Machine and setup\n\n")
 	w("| | |\n|---|---|\n")
 	for _, k := range []struct{ key, label string }{
 		{"cpu", "CPU cores"}, {"memory", "memory"}, {"kernel", "kernel"}, {"cgroup", "cgroup mode"},
 		{"os", "OS"}, {"harness_systemd", "systemd (harness PID 1)"}, {"podunit", "podunit commit"},
-		{"containerd", "containerd"}, {"runc", "runc (both runtimes)"}, {"critest", "critest"},
+		{"containerd", "containerd (Debian)"}, {"containerd2", "containerd (module proxy, test/bench/build-containerd2.sh)"},
+		{"runc", "runc (every runtime)"}, {"critest", "critest"},
 		{"load_start", "load average at start"}, {"load_end", "load average at end"},
 	} {
 		w("| %s | %s |\n", k.label, mdEscape(m[k.key]))
 	}
 	w("\nCommand: `%s` — boots one systemd harness (test/harness/podunit-harness.sh, host network) "+
-		"running both podunit.service and containerd (Debian's 1.6.20, CRI plugin, runc, `SystemdCgroup = true`) "+
-		"as a transient service; both use the same CNI conflist (test/cni's bridge + host-local + portmap, bridge "+
+		"running podunit.service and the two reference containerds (see References) as transient services; "+
+		"all use the same CNI conflist (test/cni's bridge + host-local + portmap, bridge "+
 		"renamed pu-bench0 on 10.215.0.0/16 so a concurrent critest run cannot collide) and pull from the same local "+
-		"registry 127.0.0.1:5000 (podunit through test/critest/registries.conf, containerd through equivalent certs.d). "+
-		"Within a round each figure runs on one runtime, then the other; the order flips each round. "+
+		"registry 127.0.0.1:5000 (podunit through test/critest/registries.conf, the containerds through equivalent certs.d). "+
+		"Within a round each figure runs on one runtime after the other; the order reverses each round. "+
 		"Percentiles are nearest-rank over every sample of every round. Pods use cgroup parent `/benchmark.slice`, "+
 		"the namespaces a kubelet asks for without shareProcessNamespace (pod network and IPC, PID namespace per container) "+
 		"and one busybox container running `sleep`.\n\n", command)
@@ -43,10 +56,13 @@ func (r *run) render(b *strings.Builder, command string) {
 			"conditions because runs alternate, but absolute numbers are noisier than on an idle machine.\n\n")
 	}
 
+	renderReferences(w)
+
 	targets := r.targets()
-	w("## Targets\n\n| figure | target | podunit | containerd | ratio | verdict |\n|---|---|---|---|---|---|\n")
+	w("## Targets\n\n| figure | target | podunit | %s | ratio | verdict |\n|---|---|---|%s---|---|\n",
+		r.refHeads(""), strings.Repeat("---|", len(refs)))
 	for _, t := range targets {
-		w("| %s | %s | %s | %s | %s | %s |\n", t.figure, t.goal, t.podunit, t.containerd, t.ratio, t.verdict)
+		w("| %s | %s | %s | %s | %s | %s |\n", t.figure, t.goal, t.podunit, strings.Join(t.refs, " | "), t.ratio, t.verdict)
 	}
 
 	r.renderStart(w)
@@ -59,57 +75,102 @@ func (r *run) render(b *strings.Builder, command string) {
 	r.renderProfile(w)
 }
 
+// refHeads is the references' column headers, each followed by suffix.
+func (r *run) refHeads(suffix string) string {
+	var h []string
+	for _, rt := range refs {
+		h = append(h, r.label(rt)+suffix)
+	}
+	return strings.Join(h, " | ")
+}
+
+// renderReferences says how the two reference runtimes are built and run.
+func renderReferences(w writer) {
+	w("## References\n\n" +
+		"- **containerd 1.6** (`containerd` in the raw results): Debian 12's package (`apt-get install containerd`), " +
+		"`/usr/bin/containerd` with Debian's `containerd-shim-runc-v2`; config version 2 written by bench.sh " +
+		"(results directory: containerd.toml): CRI plugin, pause image registry.k8s.io/pause:3.6, overlayfs, runc with " +
+		"`SystemdCgroup = true`, root /var/lib/bench-containerd, socket /run/bench-containerd/containerd.sock.\n" +
+		"- **containerd 2.x** (`containerd2`): built by test/bench/build-containerd2.sh from the Go module proxy " +
+		"(`github.com/containerd/containerd/v2`, default v2.4.2) inside a copy of the module, so that its own go.mod " +
+		"pins every dependency; `containerd` with cgo and tag no_btrfs, `containerd-shim-runc-v2` static " +
+		"(`CGO_ENABLED=0`, tag no_grpc), as containerd's Makefile builds them; cached in /var/cache/podunit-containerd " +
+		"by version. Config version 3 written by bench.sh (containerd2.toml): the same settings in the 2.x plugins " +
+		"(io.containerd.cri.v1.images, io.containerd.cri.v1.runtime, io.containerd.grpc.v1.cri), its own shim " +
+		"(`runtime_path`), images pulled client-side (`use_local_image_pull = true`, as 2.0; with 2.1's default transfer " +
+		"service critest's parallel pull-and-remove of one image fails, see bench.sh), root /var/lib/bench-containerd2, " +
+		"socket /run/bench-containerd2/containerd.sock.\n" +
+		"- Both: the same runc binary (/usr/sbin/runc), CNI conflist and plugins (/usr/lib/cni), registry hosts " +
+		"(certs.d), `restrict_oom_score_adj = true`; each runs as a transient service with Delegate=yes, KillMode=process " +
+		"and no task or file limits, as their packaged containerd.service does, and the bench stops both at the end.\n\n")
+}
+
 func (r *run) targets() []goal {
 	var out []goal
 	p := median(r.samples("startlat", "podunit", "total", map[string]string{"parallel": "1"}))
-	c := median(r.samples("startlat", "containerd", "total", map[string]string{"parallel": "1"}))
-	out = append(out, judge("pod + container start to RUNNING, p50 (50 sequential)", "ratio ≤ 0.7", p, c, "ms",
-		func(x float64) bool { return x <= 0.7 }, r.missing("startlat-seq", "podunit"), r.missing("startlat-seq", "containerd")))
-	pd, cd := r.density("podunit"), r.density("containerd")
+	var c []float64
+	for _, rt := range refs {
+		c = append(c, median(r.samples("startlat", rt, "total", map[string]string{"parallel": "1"})))
+	}
+	out = append(out, r.judge("pod + container start to RUNNING, p50 (50 sequential)", "ratio ≤ 0.7", p, c, "ms", true,
+		func(x float64) bool { return x <= 0.7 }, "startlat-seq"))
+	pd := r.density("podunit")
 	if len(pd) > 0 {
 		last := pd[len(pd)-1]
-		cs := "–"
-		if len(cd) > 0 {
-			cl := cd[len(cd)-1]
-			cs = fmt.Sprintf("%d at %d", cl.OverheadProcs, cl.Count)
+		var procs, mem []string
+		for _, rt := range refs {
+			cs, ck := "–", "–"
+			if cd := r.density(rt); len(cd) > 0 {
+				cl := cd[len(cd)-1]
+				cs = fmt.Sprintf("%d at %d", cl.OverheadProcs, cl.Count)
+				ck = fmt.Sprintf("%.0f KiB (%.0f KiB by RSS)", perContainerPSSKiB(cd), perContainerKiB(cd))
+			}
+			procs, mem = append(procs, cs), append(mem, ck)
 		}
 		v := "met"
 		if last.OverheadProcs != 0 {
 			v = "**behind**"
 		}
-		out = append(out, goal{"processes besides the containers' own", "= 0", fmt.Sprintf("%d at %d", last.OverheadProcs, last.Count), cs, "–", v})
+		out = append(out, goal{"processes besides the containers' own", "= 0", fmt.Sprintf("%d at %d", last.OverheadProcs, last.Count), procs, "–", v})
 		pk := perContainerPSSKiB(pd)
-		ck := "–"
-		if len(cd) > 0 {
-			ck = fmt.Sprintf("%.0f KiB (%.0f KiB by RSS)", perContainerPSSKiB(cd), perContainerKiB(cd))
-		}
 		v = "met"
 		if pk > 200 {
 			v = "**behind**"
 		}
 		out = append(out, goal{fmt.Sprintf("host memory per running container at %d, new processes by PSS + growth of PID 1, journald, dbus and the runtime (see overhead table)", last.Count), "≤ 200 KiB",
-			fmt.Sprintf("%.0f KiB (%.0f KiB by RSS)", pk, perContainerKiB(pd)), ck, "–", v})
+			fmt.Sprintf("%.0f KiB (%.0f KiB by RSS)", pk, perContainerKiB(pd)), mem, "–", v})
 	} else {
-		out = append(out, goal{"processes besides the containers' own", "= 0", r.missing("density", "podunit"), "", "", "not measured"})
-		out = append(out, goal{"host memory per running container", "≤ 200 KiB", r.missing("density", "podunit"), "", "", "not measured"})
+		empty := make([]string, len(refs))
+		out = append(out, goal{"processes besides the containers' own", "= 0", r.missing("density", "podunit"), empty, "", "not measured"})
+		out = append(out, goal{"host memory per running container", "≤ 200 KiB", r.missing("density", "podunit"), empty, "", "not measured"})
 	}
-	var pl, cl []float64
-	for _, x := range r.logs["podunit"] {
-		pl = append(pl, x.linesPerSec)
+	lines := func(rt string) float64 {
+		var l []float64
+		for _, x := range r.logs[rt] {
+			l = append(l, x.linesPerSec)
+		}
+		return median(l)
 	}
-	for _, x := range r.logs["containerd"] {
-		cl = append(cl, x.linesPerSec)
+	c = nil
+	for _, rt := range refs {
+		c = append(c, lines(rt))
 	}
-	out = append(out, judge("log throughput, lines/s (median)", "ratio ≥ 1.0", median(pl), median(cl), "lines/s",
-		func(x float64) bool { return x >= 1.0 }, r.missing("logs", "podunit"), r.missing("logs", "containerd")))
-	out = append(out, judge("pull + unpack 50 MB, 5 layers (median)", "ratio ≤ 1.0", median(r.pull["podunit"]), median(r.pull["containerd"]), "s",
-		func(x float64) bool { return x <= 1.0 }, r.missing("pull", "podunit"), r.missing("pull", "containerd")))
+	out = append(out, r.judge("log throughput, lines/s (median)", "ratio ≥ 1.0", lines("podunit"), c, "lines/s", false,
+		func(x float64) bool { return x >= 1.0 }, "logs"))
+	c = nil
+	for _, rt := range refs {
+		c = append(c, median(r.pull[rt]))
+	}
+	out = append(out, r.judge("pull + unpack 50 MB, 5 layers (median)", "ratio ≤ 1.0", median(r.pull["podunit"]), c, "s", true,
+		func(x float64) bool { return x <= 1.0 }, "pull"))
 	return out
 }
 
-func judge(fig, want string, p, c float64, unit string, ok func(float64) bool, pMissing, cMissing string) goal {
-	t := goal{figure: fig, goal: want, ratio: "–", verdict: "not measured"}
-	t.podunit, t.containerd = pMissing, cMissing
+// judge compares podunit's figure p with the better of the references'
+// figures c (in the order of refs; 0: not measured) and applies the target ok
+// to the ratio.
+func (r *run) judge(fig, want string, p float64, c []float64, unit string, lowerWins bool, ok func(float64) bool, missingFig string) goal {
+	t := goal{figure: fig, goal: want, ratio: "–", verdict: "not measured", podunit: r.missing(missingFig, "podunit")}
 	num := f1
 	switch unit {
 	case "s":
@@ -120,13 +181,17 @@ func judge(fig, want string, p, c float64, unit string, ok func(float64) bool, p
 	if p > 0 {
 		t.podunit = fmt.Sprintf("%s %s", num(p), unit)
 	}
-	if c > 0 {
-		t.containerd = fmt.Sprintf("%s %s", num(c), unit)
+	for i, rt := range refs {
+		cell := r.missing(missingFig, rt)
+		if c[i] > 0 {
+			cell = fmt.Sprintf("%s %s", num(c[i]), unit)
+		}
+		t.refs = append(t.refs, cell)
 	}
-	if p > 0 && c > 0 {
-		t.ratio = ratio(p, c)
+	if best, _ := better(c, lowerWins); p > 0 && best > 0 {
+		t.ratio = r.ratioBest(p, c, lowerWins)
 		t.verdict = "met"
-		if !ok(p / c) {
+		if !ok(p / best) {
 			t.verdict = "**behind**"
 		}
 	}
@@ -167,39 +232,60 @@ func (r *run) renderStart(w writer) {
 	w("RunPodSandbox, CreateContainer, StartContainer, then ContainerStatus every 1 ms until CONTAINER_RUNNING; " +
 		"two untimed warm-up pods first. Sequential: 50 pods one after the other, kept running until the end. " +
 		"Concurrent: bursts of 20 pods started at once (two bursts per round, removed between bursts).\n\n")
-	w("| series | podunit p50 / p95 / p99 | containerd p50 / p95 / p99 | p50 ratio | p99 ratio |\n|---|---|---|---|---|\n")
+	r.rowHead(w, "series")
 	for _, par := range []string{"1", "20"} {
 		fig := map[string]string{"1": "startlat-seq", "20": "startlat-conc"}[par]
 		label := map[string]string{"1": "50 sequential", "20": "20 concurrent"}[par]
 		for _, s := range []string{"total", "RunPodSandbox", "CreateContainer", "StartContainer"} {
 			p := r.samples("startlat", "podunit", s, map[string]string{"parallel": par})
-			c := r.samples("startlat", "containerd", s, map[string]string{"parallel": par})
+			var c [][]float64
+			for _, rt := range refs {
+				c = append(c, r.samples("startlat", rt, s, map[string]string{"parallel": par}))
+			}
 			r.row(w, label+", "+s, p, c, "ms", fig)
 		}
 	}
 }
 
-// row writes one p50/p95/p99 comparison row.
-func (r *run) row(w writer, label string, p, c []float64, unit, fig string) {
-	ps, cs := r.missing(fig, "podunit"), r.missing(fig, "containerd")
+// rowHead writes the header of a table of row()s.
+func (r *run) rowHead(w writer, first string) {
+	w("| %s | podunit p50 / p95 / p99 | %s | p50 ratio | p99 ratio |\n|---|---|%s---|---|\n",
+		first, r.refHeads(" p50 / p95 / p99"), strings.Repeat("---|", len(refs)))
+}
+
+// row writes one p50/p95/p99 comparison row: podunit's samples p, each
+// reference's samples c (in the order of refs), and podunit's p50 and p99
+// over the better reference's p50 and p99.
+func (r *run) row(w writer, label string, p []float64, c [][]float64, unit, fig string) {
+	ps := r.missing(fig, "podunit")
 	if len(p) > 0 {
 		ps = pcts(p, unit)
 	}
-	if len(c) > 0 {
-		cs = pcts(c, unit)
+	cells := make([]string, len(refs))
+	c50, c99 := make([]float64, len(refs)), make([]float64, len(refs))
+	for i, rt := range refs {
+		cells[i] = r.missing(fig, rt)
+		if len(c[i]) > 0 {
+			cells[i] = pcts(c[i], unit)
+			c50[i], c99[i] = percentile(c[i], 50), percentile(c[i], 99)
+		}
 	}
 	r50, r99 := "–", "–"
-	if len(p) > 0 && len(c) > 0 {
-		r50, r99 = ratio(percentile(p, 50), percentile(c, 50)), ratio(percentile(p, 99), percentile(c, 99))
+	if len(p) > 0 {
+		r50, r99 = r.ratioBest(percentile(p, 50), c50, true), r.ratioBest(percentile(p, 99), c99, true)
 	}
-	w("| %s | %s | %s | %s | %s |\n", label, ps, cs, r50, r99)
+	w("| %s | %s | %s | %s | %s |\n", label, ps, strings.Join(cells, " | "), r50, r99)
 }
 
 func (r *run) renderRunp(w writer) {
 	w("\n## RunPodSandbox, 50 pods sequential (test/bench/cribench runp)\n\n")
 	w("One untimed warm-up pod, then 50 RunPodSandbox calls one after the other (CNI bridge network), pods kept until the end.\n\n")
-	w("| series | podunit p50 / p95 / p99 | containerd p50 / p95 / p99 | p50 ratio | p99 ratio |\n|---|---|---|---|---|\n")
-	r.row(w, "RunPodSandbox", r.samples("runp", "podunit", "RunPodSandbox", nil), r.samples("runp", "containerd", "RunPodSandbox", nil), "ms", "runp")
+	r.rowHead(w, "series")
+	var c [][]float64
+	for _, rt := range refs {
+		c = append(c, r.samples("runp", rt, "RunPodSandbox", nil))
+	}
+	r.row(w, "RunPodSandbox", r.samples("runp", "podunit", "RunPodSandbox", nil), c, "ms", "runp")
 }
 
 func (r *run) renderCritest(w writer) {
@@ -210,15 +296,23 @@ func (r *run) renderCritest(w writer) {
 			keys[k] = true
 		}
 	}
-	w("| operation | podunit p50 / p95 / p99 | containerd p50 / p95 / p99 | p50 ratio | p99 ratio |\n|---|---|---|---|---|\n")
+	r.rowHead(w, "operation")
 	for _, k := range sortedKeys(keys) {
 		fig := "critest-pods"
 		if strings.HasPrefix(k, "container_") {
 			fig = "critest-containers"
 		}
-		r.row(w, k, r.critest["podunit"][k], r.critest["containerd"][k], "ms", fig)
+		var c [][]float64
+		for _, rt := range refs {
+			c = append(c, r.critest[rt][k])
+		}
+		r.row(w, k, r.critest["podunit"][k], c, "ms", fig)
 	}
-	r.row(w, "start a container from scratch (one timing per round)", r.scratch["podunit"], r.scratch["containerd"], "ms", "critest-containers")
+	var c [][]float64
+	for _, rt := range refs {
+		c = append(c, r.scratch[rt])
+	}
+	r.row(w, "start a container from scratch (one timing per round)", r.scratch["podunit"], c, "ms", "critest-containers")
 }
 
 func (r *run) renderDensity(w writer) {
@@ -229,13 +323,14 @@ func (r *run) renderDensity(w writer) {
 		"`sleep` (shims, pause, helpers). RSS is VmRSS (shared pages counted in each process); PSS splits shared pages. " +
 		"Memory per container = (RSS, or PSS, of other processes + growth of systemd PID 1, journald, dbus-daemon and the " +
 		"runtime's own long-lived processes' RSS) / N; the targets use the PSS figure. The runtime's own processes are those " +
-		"running the daemon's binary at the baseline: containerd; podunit and its node-wide log relay (`podunit _logrelay`, " +
+		"running the daemon's binary at the baseline: the containerd under test (the one started with its own config file; " +
+		"the other containerd is idle in the harness meanwhile); podunit and its node-wide log relay (`podunit _logrelay`, " +
 		"the same binary), whose RSS is summed in the last column.\n\n")
 	w("| runtime | N | other processes | their RSS | their PSS | PID 1 RSS Δ | journald RSS Δ | dbus RSS Δ | runtime RSS Δ | memory per container (RSS / PSS) | runtime RSS |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, rt := range runtimes {
 		d := r.density(rt)
 		if len(d) == 0 {
-			w("| %s | | %s | | | | | | | | |\n", rt, r.missing("density", rt))
+			w("| %s | | %s | | | | | | | | |\n", r.label(rt), r.missing("density", rt))
 			continue
 		}
 		b := d[0]
@@ -244,7 +339,7 @@ func (r *run) renderDensity(w writer) {
 			if p.Count > 0 {
 				per = fmt.Sprintf("%.0f / %.0f KiB", perContainerKiB([]DensityPoint{b, p}), perContainerPSSKiB([]DensityPoint{b, p}))
 			}
-			w("| %s | %d | %d %s | %d KiB | %d KiB | %+d KiB | %+d KiB | %+d KiB | %+d KiB | %s | %d KiB |\n", rt, p.Count,
+			w("| %s | %d | %d %s | %d KiB | %d KiB | %+d KiB | %+d KiB | %+d KiB | %+d KiB | %s | %d KiB |\n", r.label(rt), p.Count,
 				p.OverheadProcs, parenComms(p.OverheadComms), p.OverheadRSS, p.OverheadPSS,
 				p.PID1RSS-b.PID1RSS, p.JournaldRSS-b.JournaldRSS, p.DBusRSS-b.DBusRSS, p.DaemonRSS-b.DaemonRSS, per, p.DaemonRSS)
 		}
@@ -263,30 +358,35 @@ func (r *run) renderLogs(w writer) {
 	w("A container prints 1 000 000 numbered lines of 100 bytes as fast as it can (host-network pod); the clock runs " +
 		"until the CRI log file holds all of them, checked in order with none lost or repeated. Median over rounds.\n\n")
 	w("| runtime | runs | lines/s | MB/s | journald CPU s | host CPU s |\n|---|---|---|---|---|---|\n")
-	var meds [2]float64
-	for i, rt := range runtimes {
+	meds := map[string]float64{}
+	for _, rt := range runtimes {
 		l := r.logs[rt]
 		if len(l) == 0 {
-			w("| %s | %s | | | | |\n", rt, r.missing("logs", rt))
+			w("| %s | %s | | | | |\n", r.label(rt), r.missing("logs", rt))
 			continue
 		}
 		var lps, mbs, jc, hc []float64
 		for _, x := range l {
 			lps, mbs, jc, hc = append(lps, x.linesPerSec), append(mbs, x.mbPerSec), append(jc, x.journaldCPU), append(hc, x.hostCPU)
 		}
-		meds[i] = median(lps)
-		w("| %s | %d | %.0f | %.2f | %.2f | %.2f |\n", rt, len(l), median(lps), median(mbs), median(jc), median(hc))
+		meds[rt] = median(lps)
+		w("| %s | %d | %.0f | %.2f | %.2f | %.2f |\n", r.label(rt), len(l), median(lps), median(mbs), median(jc), median(hc))
 	}
-	if meds[0] > 0 && meds[1] > 0 {
-		w("\nRatio (lines/s): %s.\n", ratio(meds[0], meds[1]))
+	var c []float64
+	for _, rt := range refs {
+		c = append(c, meds[rt])
+	}
+	if ratio := r.ratioBest(meds["podunit"], c, false); ratio != "–" {
+		w("\nRatio (lines/s, to the faster containerd): %s.\n", ratio)
 	}
 	w("\nCPU seconds per log run (mean over runs) by process name in the harness, sampled every 100 ms " +
-		"while logs.sh ran (`cribench cpuwatch`; includes the container's own `seq`/`sed`/`cat`):\n\n")
+		"while logs.sh ran (`cribench cpuwatch`; includes the container's own `seq`/`sed`/`cat`; `containerd` is both " +
+		"containerd daemons, the one not under test idle):\n\n")
 	w("| runtime | CPU by process |\n|---|---|\n")
 	for _, rt := range runtimes {
 		m, n := r.logCPU[rt], len(r.logs[rt])
 		if len(m) == 0 || n == 0 {
-			w("| %s | not measured |\n", rt)
+			w("| %s | not measured |\n", r.label(rt))
 			continue
 		}
 		names := sortedKeys(m)
@@ -295,7 +395,7 @@ func (r *run) renderLogs(w writer) {
 		for _, name := range names[:min(len(names), 8)] {
 			parts = append(parts, fmt.Sprintf("%s %.2f", name, m[name]/float64(n)))
 		}
-		w("| %s | %s |\n", rt, strings.Join(parts, ", "))
+		w("| %s | %s |\n", r.label(rt), strings.Join(parts, ", "))
 	}
 }
 
@@ -307,13 +407,17 @@ func (r *run) renderPull(w writer) {
 	for _, rt := range runtimes {
 		v := r.pull[rt]
 		if len(v) == 0 {
-			w("| %s | %s | | |\n", rt, r.missing("pull", rt))
+			w("| %s | %s | | |\n", r.label(rt), r.missing("pull", rt))
 			continue
 		}
-		w("| %s | %d | %.3f | %.3f |\n", rt, len(v), median(v), mean(v))
+		w("| %s | %d | %.3f | %.3f |\n", r.label(rt), len(v), median(v), mean(v))
 	}
-	if len(r.pull["podunit"]) > 0 && len(r.pull["containerd"]) > 0 {
-		w("\nRatio (median): %s.\n", ratio(median(r.pull["podunit"]), median(r.pull["containerd"])))
+	var c []float64
+	for _, rt := range refs {
+		c = append(c, median(r.pull[rt]))
+	}
+	if ratio := r.ratioBest(median(r.pull["podunit"]), c, true); ratio != "–" {
+		w("\nRatio (median, to the faster containerd): %s.\n", ratio)
 	}
 }
 
@@ -329,7 +433,7 @@ func (r *run) renderDaemon(w writer) {
 			l := d[len(d)-1]
 			full = fmt.Sprintf("%.1f MiB (at %d)", float64(l.DaemonRSS)/1024, l.Count)
 		}
-		w("| %s | %s | %s |\n", rt, idle, full)
+		w("| %s | %s | %s |\n", r.label(rt), idle, full)
 	}
 }
 

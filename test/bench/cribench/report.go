@@ -29,7 +29,59 @@ type run struct {
 
 type logRun struct{ linesPerSec, mbPerSec, journaldCPU, hostCPU float64 }
 
-var runtimes = []string{"podunit", "containerd"}
+// The runtimes of a run: podunit and its two references, Debian's
+// containerd 1.6 ("containerd") and containerd 2.x ("containerd2", built by
+// test/bench/build-containerd2.sh). Every ratio is podunit's figure over the
+// better of the references' figures in the same run.
+var (
+	runtimes = []string{"podunit", "containerd", "containerd2"}
+	refs     = runtimes[1:]
+)
+
+// better picks the reference figure podunit is compared with: of vals (one
+// per reference, 0 when that one was not measured) the lowest when lower is
+// better (latency, seconds), else the highest (throughput). It returns the
+// figure and its index in vals, or 0 and -1 when none was measured.
+func better(vals []float64, lowerWins bool) (float64, int) {
+	best, at := 0.0, -1
+	for i, v := range vals {
+		if v <= 0 {
+			continue
+		}
+		if at < 0 || (lowerWins && v < best) || (!lowerWins && v > best) {
+			best, at = v, i
+		}
+	}
+	return best, at
+}
+
+// label names a runtime with the version this run measured.
+func (r *run) label(rt string) string {
+	if v := r.machine[rt]; v != "" && rt != "podunit" {
+		return "containerd " + v
+	}
+	return rt
+}
+
+// short is a reference's major.minor version ("1.6", "2.4"), which names it
+// beside a ratio; the runtime's name when the run did not record a version.
+func (r *run) short(rt string) string {
+	f := strings.SplitN(r.machine[rt], ".", 3)
+	if len(f) < 2 {
+		return rt
+	}
+	return f[0] + "." + f[1]
+}
+
+// ratioBest renders p over the better of the references' figures vals,
+// followed by the version of the reference it was taken against: "0.85 (2.4)".
+func (r *run) ratioBest(p float64, vals []float64, lowerWins bool) string {
+	c, i := better(vals, lowerWins)
+	if p <= 0 || i < 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%s (%s)", ratio(p, c), r.short(refs[i]))
+}
 
 func cmdReport(args []string) error {
 	fs := flag.NewFlagSet("report", flag.ExitOnError)
