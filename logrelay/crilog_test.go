@@ -222,15 +222,27 @@ func TestRelayWritesTheCRIFileAndReopens(t *testing.T) {
 	}
 	cl := Client{Socket: sock}
 	const n = 3000
+	// The pipes stay open until the rotations are done: a container whose
+	// output has ended is no longer the relay's, and REOPEN then answers
+	// that it writes no file for it.
+	rotationsDone := make(chan struct{})
 	go func() {
 		for i := 0; i < n; i++ {
 			fmt.Fprintf(c.outW, "out %d\n", i)
 			fmt.Fprintf(c.errW, "err %d\n", i)
 		}
+		<-rotationsDone
 		c.outW.Close()
 		c.errW.Close()
 	}()
 	var rotated []string
+	defer func() {
+		select {
+		case <-rotationsDone:
+		default:
+			close(rotationsDone)
+		}
+	}()
 	for i := 0; i < 3; i++ {
 		time.Sleep(5 * time.Millisecond)
 		r := fmt.Sprintf("%s.%d", logPath, i)
@@ -242,6 +254,7 @@ func TestRelayWritesTheCRIFileAndReopens(t *testing.T) {
 		}
 		rotated = append(rotated, r)
 	}
+	close(rotationsDone)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	go io.Copy(io.Discard, c.journOut)
