@@ -248,15 +248,7 @@ func (s *Server) restoreLog(r *relay, f *os.File) {
 		}
 	}
 	if lf.f == nil {
-		f, err := openLogFile(r.LogPath, r.UID, r.GID)
-		if err == nil {
-			err = lf.use(f)
-		}
-		if err != nil {
-			s.log.Error("cannot open the container's log file; its output reaches only journald", "container", r.id, "path", r.LogPath, "err", err)
-		} else {
-			s.storeLog(r.id, f)
-		}
+		s.openLog(r, lf)
 	}
 	var recs []*record
 	for i, stream := range streamNames {
@@ -291,15 +283,7 @@ func (s *Server) newLog(r *relay) {
 		return
 	}
 	lf := &logFile{path: r.LogPath, uid: r.UID, gid: r.GID}
-	f, err := openLogFile(r.LogPath, r.UID, r.GID)
-	if err == nil {
-		err = lf.use(f)
-	}
-	if err != nil {
-		s.log.Error("cannot open the container's log file; its output reaches only journald", "container", r.id, "path", r.LogPath, "err", err)
-	} else {
-		s.storeLog(r.id, f)
-	}
+	s.openLog(r, lf)
 	for i, stream := range streamNames {
 		removeRecords(s.recordBase(r.id, stream))
 		rc, _, err := openRecorder(s.recordBase(r.id, stream))
@@ -319,6 +303,21 @@ func (s *Server) newLog(r *relay) {
 		r.spools[i] = sp
 	}
 	r.lf = lf
+}
+
+// openLog opens the file at the container's log path for lf and parks it in
+// the fd store; a failure is logged, and the output then reaches only
+// journald.
+func (s *Server) openLog(r *relay, lf *logFile) {
+	f, err := openLogFile(r.LogPath, r.UID, r.GID)
+	if err == nil {
+		err = lf.use(f)
+	}
+	if err != nil {
+		s.log.Error("cannot open the container's log file; its output reaches only journald", "container", r.id, "path", r.LogPath, "err", err)
+		return
+	}
+	s.storeLog(r.id, f)
 }
 
 // storeLog parks the log file in the fd store under the container's name,
