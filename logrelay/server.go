@@ -206,6 +206,7 @@ func (s *Server) Restore(files []*os.File) {
 				r.spools[i].close()
 			}
 		}
+		streamsLeft := r.left // the pumps change it once the lock is released
 		if r.left == 0 {
 			delete(s.active, id)
 			s.done[id] = time.Now()
@@ -214,7 +215,7 @@ func (s *Server) Restore(files []*os.File) {
 			s.closeLog(r)
 		}
 		s.mu.Unlock()
-		s.log.Info("resumed relaying a container's output", "container", id, "streams", r.left)
+		s.log.Info("resumed relaying a container's output", "container", id, "streams", streamsLeft)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,9 +13,11 @@ import (
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/container"
 	"github.com/podunit/podunit/cri"
+	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/events"
 	"github.com/podunit/podunit/gc"
 	"github.com/podunit/podunit/metrics"
+	"github.com/podunit/podunit/network"
 	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/stats"
 	"github.com/podunit/podunit/stats/cristats"
@@ -154,7 +157,8 @@ func startMetrics(cfg *config.Config, s *services, hub *events.Hub, log *slog.Lo
 // CRI serves), periodically and by `podunit gc` (minAge > 0, so objects
 // being created right now, which have mounts and directories before their
 // record, are left alone): podunit's own units, storage containers,
-// mounts and directories that no record owns.
+// mounts and directories that no record owns, and host-local IPAM
+// reservations a killed plugin left without an owner.
 func collectors(cfg *config.Config, s *services, minAge time.Duration) []gc.Collector {
 	ctx := context.Background()
 	knownCtr := func(id string) bool { _, _, err := s.ctrs.Status(ctx, id, false); return err == nil }
@@ -188,6 +192,25 @@ func collectors(cfg *config.Config, s *services, minAge time.Duration) []gc.Coll
 			return out, nil
 		}})
 	}
+	cni := network.NewCNI(network.Options{ConfDir: cfg.CNI.ConfDir, BinDirs: cfg.CNI.BinDirs})
+	cs = append(cs, gc.Func{N: "cni-torn-reservations", F: func(ctx context.Context, dry bool) ([]string, error) {
+		dirs, err := cni.HostLocalDirs()
+		if errors.Is(err, errdefs.ErrUnavailable) {
+			return nil, nil // no usable network configuration: nothing was reserved by it
+		}
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		for _, d := range dirs {
+			torn, err := network.ReleaseTornReservations(d, dry)
+			out = append(out, torn...)
+			if err != nil {
+				return out, err
+			}
+		}
+		return out, nil
+	}})
 	podRun := filepath.Join(cfg.Paths.RunDir, "sandboxes")
 	ctrRun := filepath.Join(cfg.Paths.RunDir, "containers")
 	return append(cs,
