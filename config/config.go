@@ -10,7 +10,9 @@ import (
 	"time"
 )
 
-// Config mirrors the TOML tables of /etc/podunit/podunit.toml.
+// Config mirrors the TOML tables of /etc/podunit/podunit.toml. A field
+// tagged reload:"live" is applied by a reload (SIGHUP, systemctl reload);
+// every other field needs a restart (see Reconcile).
 type Config struct {
 	Server    Server    `toml:"server"`
 	Paths     Paths     `toml:"paths"`
@@ -28,7 +30,7 @@ type Config struct {
 type Server struct {
 	Socket      string `toml:"socket" doc:"CRI unix socket (ignored under socket activation)."`
 	SocketGroup string `toml:"socket_group" doc:"Group owning the socket (mode 0660); empty keeps root."`
-	LogLevel    string `toml:"log_level" doc:"debug, info, warn or error."`
+	LogLevel    string `reload:"live" toml:"log_level" doc:"debug, info, warn or error."`
 	LogFormat   string `toml:"log_format" doc:"text or json."`
 }
 
@@ -50,12 +52,12 @@ type Image struct {
 	StorageRoot         string   `toml:"storage_root" doc:"Image and layer store (go.podman.io/storage graph root)."`
 	StorageRunRoot      string   `toml:"storage_run_root" doc:"Volatile store state (mounts, locks)."`
 	StorageDriver       string   `toml:"storage_driver" doc:"overlay or vfs; empty picks overlay, falling back to vfs."`
-	RegistriesConf      string   `toml:"registries_conf" doc:"containers-registries.conf(5): mirrors, insecure, blocked registries."`
-	PolicyPath          string   `toml:"policy_path" doc:"containers-policy.json(5): signature policy."`
-	AuthFile            string   `toml:"auth_file" doc:"containers-auth.json(5) with registry credentials; empty uses none."`
-	PullProgressTimeout Duration `toml:"pull_progress_timeout" doc:"Cancel a pull that moved no bytes for this long."`
+	RegistriesConf      string   `reload:"live" toml:"registries_conf" doc:"containers-registries.conf(5): mirrors, insecure, blocked registries."`
+	PolicyPath          string   `reload:"live" toml:"policy_path" doc:"containers-policy.json(5): signature policy."`
+	AuthFile            string   `reload:"live" toml:"auth_file" doc:"containers-auth.json(5) with registry credentials; empty uses none."`
+	PullProgressTimeout Duration `reload:"live" toml:"pull_progress_timeout" doc:"Cancel a pull that moved no bytes for this long."`
 	MaxParallelPulls    int      `toml:"max_parallel_pulls" doc:"Different images pulled at the same time."`
-	PauseImage          string   `toml:"pause_image" doc:"Image kept pinned for the kubelet; podunit needs no infra container."`
+	PauseImage          string   `reload:"live" toml:"pause_image" doc:"Image kept pinned for the kubelet; podunit needs no infra container."`
 }
 
 // CNI locates the network plugins and their configuration.
@@ -66,12 +68,12 @@ type CNI struct {
 
 // Runtime selects OCI runtimes.
 type Runtime struct {
-	DefaultHandler string             `toml:"default_handler" doc:"Handler used when a pod names no RuntimeClass."`
+	DefaultHandler string             `reload:"live" toml:"default_handler" doc:"Handler used when a pod names no RuntimeClass."`
 	StartTimeout   Duration           `toml:"start_timeout" doc:"Upper bound for starting a container (its unit's start job: runtime create and start)."`
 	StopMargin     Duration           `toml:"stop_margin" doc:"How long past a stop's grace period its unit may take to stop (the final SIGKILL)."`
 	LogFlushWait   Duration           `toml:"log_flush_wait" doc:"How long an exited container's last output may take to reach its CRI log before the exit is reported."`
 	ExecOutputMax  int                `toml:"exec_output_max" doc:"Bytes of stdout and of stderr ExecSync returns (probes); the rest is dropped."`
-	Handlers       map[string]Handler `toml:"handlers" doc:"OCI runtimes by RuntimeClass handler name."`
+	Handlers       map[string]Handler `reload:"live" toml:"handlers" doc:"OCI runtimes by RuntimeClass handler name."`
 }
 
 // Handler is one OCI runtime a RuntimeClass may name.
@@ -90,7 +92,7 @@ type Streaming struct {
 
 // Metrics is the Prometheus endpoint; empty address turns it off.
 type Metrics struct {
-	Address string `toml:"address" doc:"Prometheus metrics listen address (loopback host:port); empty turns metrics off."`
+	Address string `reload:"live" toml:"address" doc:"Prometheus metrics listen address (loopback host:port); empty turns metrics off."`
 }
 
 // GC schedules the garbage collectors.
