@@ -7,6 +7,7 @@ import (
 	"github.com/podunit/podunit/events"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -25,9 +26,10 @@ import (
 // ctr is one container in memory. mu serialises lifecycle operations on
 // it; rec is replaced (never mutated in place) under mu.
 type ctr struct {
-	podID string // immutable, readable under Manager.mu alone
-	mu    sync.Mutex
-	rec   *record
+	podID   string // immutable, readable under Manager.mu alone
+	handler string // immutable, readable under Manager.mu alone
+	mu      sync.Mutex
+	rec     *record
 	// init is the running container's init once known (zero otherwise):
 	// it lets a status read answer without systemd (fastpath.go).
 	init initProc
@@ -39,9 +41,12 @@ type Manager struct {
 	sd   systemd.Conn
 	imgs ImageStore
 	pods Pods
-	rts  map[string]oci.Runtime
-	logs Logs      // may be nil
-	evs  Publisher // may be nil
+	// rtMu guards rts and defHandler, which a reload replaces.
+	rtMu       sync.RWMutex
+	rts        map[string]oci.Runtime
+	defHandler string
+	logs       Logs      // may be nil
+	evs        Publisher // may be nil
 	// procRoot is where /proc is (tests point it at a fake one).
 	procRoot string
 
@@ -67,7 +72,7 @@ func New(opts Options, deps Deps) (*Manager, error) {
 		}
 	}
 	return &Manager{
-		opts: opts, sd: deps.Systemd, imgs: deps.Images, pods: deps.Pods, rts: deps.Runtimes, logs: deps.Logs, evs: deps.Events,
+		opts: opts, sd: deps.Systemd, imgs: deps.Images, pods: deps.Pods, rts: deps.Runtimes, defHandler: opts.DefaultHandler, logs: deps.Logs, evs: deps.Events,
 		procRoot: "/proc", ctrs: map[string]*ctr{}, names: map[string]string{},
 	}, nil
 }
@@ -109,14 +114,54 @@ func (m *Manager) get(ref string) (*ctr, error) {
 }
 
 func (m *Manager) runtime(handler string) (oci.Runtime, error) {
+	m.rtMu.RLock()
+	defer m.rtMu.RUnlock()
 	if handler == "" {
-		handler = m.opts.DefaultHandler
+		handler = m.defHandler
 	}
 	rt, ok := m.rts[handler]
 	if !ok {
 		return nil, fmt.Errorf("runtime handler %q is not configured: %w", handler, errdefs.ErrNotFound)
 	}
 	return rt, nil
+}
+
+// runtimes is the current set of runtimes, for callers that try them all.
+func (m *Manager) runtimes() []oci.Runtime {
+	m.rtMu.RLock()
+	defer m.rtMu.RUnlock()
+	out := make([]oci.Runtime, 0, len(m.rts))
+	for _, rt := range m.rts {
+		out = append(out, rt)
+	}
+	return out
+}
+
+// SetRuntimes replaces the runtimes and the default handler (a reload of
+// runtime.handlers). Containers record the handler they were created with
+// and keep using it by name, so a handler that an existing container uses
+// must stay: without it the container could no longer be exec'd into,
+// updated or cleaned up. Such a change is refused and nothing changes.
+func (m *Manager) SetRuntimes(defaultHandler string, rts map[string]oci.Runtime) error {
+	if _, ok := rts[defaultHandler]; !ok {
+		return fmt.Errorf("default handler %q has no runtime: %w", defaultHandler, errdefs.ErrInvalid)
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var used []string
+	for id, c := range m.ctrs {
+		if _, ok := rts[c.handler]; !ok {
+			used = append(used, fmt.Sprintf("%s (container %s)", c.handler, id))
+		}
+	}
+	if len(used) > 0 {
+		sort.Strings(used)
+		return fmt.Errorf("runtime handlers still in use cannot be removed: %s: %w", strings.Join(used, ", "), errdefs.ErrPrecondition)
+	}
+	m.rtMu.Lock()
+	m.rts, m.defHandler = rts, defaultHandler
+	m.rtMu.Unlock()
+	return nil
 }
 
 // logPath joins the pod's log directory and the container's relative log
@@ -276,7 +321,7 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 		return "", fmt.Errorf("create container: %w", err)
 	}
 	m.mu.Lock()
-	m.ctrs[id] = &ctr{podID: podID, rec: r}
+	m.ctrs[id] = &ctr{podID: podID, handler: r.Handler, rec: r}
 	m.mu.Unlock()
 	log.Debug("container created", "unit", unit)
 	m.publish(runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT, id, podID)

@@ -704,3 +704,33 @@ func (e *env) createWithQuota(t *testing.T, pod, name string) string {
 	}
 	return id
 }
+
+// A reload may add, change and drop runtime handlers, but not one that a
+// container still uses; the default handler follows the reload.
+func TestSetRuntimes(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("pod1", "app")
+	other := &fakeRuntime{}
+	if err := e.m.SetRuntimes("crun", map[string]oci.Runtime{"crun": other}); !errors.Is(err, errdefs.ErrPrecondition) || !strings.Contains(fmt.Sprint(err), id) {
+		t.Fatalf("dropping the handler of %s: %v, want ErrPrecondition naming it", id, err)
+	}
+	if rt, err := e.m.runtime(""); err != nil || rt != e.rt {
+		t.Fatalf("after a refused change the default runtime is %v, %v", rt, err)
+	}
+	if err := e.m.SetRuntimes("kata", map[string]oci.Runtime{"runc": e.rt}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("default handler without a runtime: %v, want ErrInvalid", err)
+	}
+	if err := e.m.SetRuntimes("crun", map[string]oci.Runtime{"runc": e.rt, "crun": other}); err != nil {
+		t.Fatal(err)
+	}
+	if rt, err := e.m.runtime(""); err != nil || rt != other {
+		t.Fatalf("default runtime after the reload: %v, %v; want the crun one", rt, err)
+	}
+	// the container keeps the handler it was created with
+	if err := e.m.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.m.runtimes(); len(got) != 2 {
+		t.Fatalf("runtimes() = %d, want 2", len(got))
+	}
+}
