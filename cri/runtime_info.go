@@ -48,8 +48,9 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 }
 
 func (s *Server) runtimeHandlers() []*runtimeapi.RuntimeHandler {
-	names := make([]string, 0, len(s.cfg.Runtime.Handlers))
-	for n := range s.cfg.Runtime.Handlers {
+	handlers := s.cfg().Runtime.Handlers
+	names := make([]string, 0, len(handlers))
+	for n := range handlers {
 		names = append(names, n)
 	}
 	sort.Strings(names)

@@ -19,7 +19,7 @@ func newTestServer(t *testing.T) (*Server, *systemdtest.Fake) {
 	cfg := config.Default()
 	cfg.CNI.ConfDir = t.TempDir()
 	fake := systemdtest.New()
-	return New(Deps{Config: &cfg, Systemd: fake, Version: "1.2.3"}), fake
+	return New(Deps{Config: func() *config.Config { return &cfg }, Systemd: fake, Version: "1.2.3"}), fake
 }
 
 func cond(st *runtimeapi.StatusResponse, typ string) *runtimeapi.RuntimeCondition {
@@ -44,7 +44,7 @@ func TestStatusReflectsSystemdAndCNI(t *testing.T) {
 	if n := cond(st, runtimeapi.NetworkReady); n.Status || n.Reason == "" {
 		t.Fatalf("network ready without CNI config: %+v", n)
 	}
-	if err := os.WriteFile(filepath.Join(s.cfg.CNI.ConfDir, "10-bridge.conflist"), []byte("{}"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(s.cfg().CNI.ConfDir, "10-bridge.conflist"), []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	fake.Down = true

@@ -26,7 +26,8 @@ const (
 
 // Deps are the packages the server translates to.
 type Deps struct {
-	Config     *config.Config
+	// Config returns the running configuration, which a reload replaces.
+	Config     func() *config.Config
 	Systemd    systemd.Conn
 	Images     *imagestore.Store
 	Pods       *sandbox.Manager
@@ -48,7 +49,7 @@ type Server struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
 	runtimeapi.UnimplementedImageServiceServer
 
-	cfg    *config.Config
+	cfg    func() *config.Config
 	sd     systemd.Conn
 	images *imagestore.Store
 	pods   *sandbox.Manager
@@ -72,7 +73,7 @@ func New(d Deps) *Server {
 		s.log = slog.Default()
 	}
 	if s.network == nil {
-		s.network = func(context.Context) error { return cniConfigured(s.cfg.CNI.ConfDir) }
+		s.network = func(context.Context) error { return cniConfigured(s.cfg().CNI.ConfDir) }
 	}
 	return s
 }

@@ -45,15 +45,24 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 // load returns the validated configuration or prints why not; exit code 2
 // is for configuration errors.
 func (f *configFlags) load() (*config.Config, int) {
+	c, err := f.read()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "podunit: %v\n", err)
+		return nil, 2
+	}
+	return &c, 0
+}
+
+// read loads the files, applies the flags and validates: what serve does at
+// start and again on every reload, so flags keep overriding the files.
+func (f *configFlags) read() (config.Config, error) {
 	c, _, err := config.Load(f.path)
 	if err != nil {
 		var fe *config.FileError
 		if errors.As(err, &fe) {
-			fmt.Fprintf(os.Stderr, "podunit: configuration error: %v\n", fe)
-		} else {
-			fmt.Fprintf(os.Stderr, "podunit: reading configuration: %v\n", err)
+			return c, fmt.Errorf("configuration error: %w", fe)
 		}
-		return nil, 2
+		return c, fmt.Errorf("reading configuration: %w", err)
 	}
 	set := func(dst *string, v string) {
 		if v != "" {
@@ -67,10 +76,9 @@ func (f *configFlags) load() (*config.Config, int) {
 	set(&c.CNI.ConfDir, f.cniConfDir)
 	set(&c.Image.RegistriesConf, f.registriesConf)
 	if err := c.Validate(); err != nil {
-		fmt.Fprintf(os.Stderr, "podunit: %v\n", err)
-		return nil, 2
+		return c, err
 	}
-	return &c, 0
+	return c, nil
 }
 
 func runConfig(args []string) int {
