@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,7 +31,15 @@ type reloader struct {
 	notify  func(states ...string)
 	log     *slog.Logger
 
-	mu sync.Mutex // one reload at a time
+	mu sync.Mutex // one reload at a time; guards steps
+}
+
+// setSteps arms the reloader once the services exist; until then a reload
+// (over the admin socket, which comes up first) is refused.
+func (r *reloader) setSteps(steps []reloadStep) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.steps = steps
 }
 
 // reloadStep applies the live keys it owns to a running component. It runs
@@ -73,13 +83,17 @@ func (r *reloader) reload(ctx context.Context) (res reloadResult, retErr error) 
 	defer func() {
 		status := "STATUS=serving CRI; configuration reloaded"
 		if retErr != nil {
-			status = "STATUS=serving CRI; last reload refused: " + retErr.Error()
+			// one line: a newline would end the STATUS= assignment
+			status = "STATUS=serving CRI; last reload refused: " + strings.ReplaceAll(retErr.Error(), "\n", " ")
 			res.Error = retErr.Error()
 			r.log.Error("configuration reload refused; the running configuration is kept", "err", retErr)
 		}
 		r.notify(daemon.SdNotifyReady, status)
 	}()
 
+	if r.steps == nil {
+		return res, errors.New("podunit is still starting")
+	}
 	loaded, err := r.read()
 	if err != nil {
 		return res, err

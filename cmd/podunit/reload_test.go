@@ -81,11 +81,11 @@ func newReloadEnv(t *testing.T, toml string) *reloadEnv {
 			return nil
 		}}
 	}
-	e.rl.steps = []reloadStep{
+	e.rl.setSteps([]reloadStep{
 		step("runtimes", runtimeKeys, false, func(c config.Config) string { return strings.Join(handlerNames(&c), ",") }),
 		step("metrics", metricsKeys, false, func(c config.Config) string { return c.Metrics.Address }),
 		step("images", imageKeys, true, func(c config.Config) string { return c.Image.RegistriesConf }),
-	}
+	})
 	return e
 }
 
@@ -182,6 +182,21 @@ func TestReloadRefusesABrokenFile(t *testing.T) {
 				t.Errorf("log lacks the refusal and the file:\n%s", logs)
 			}
 		})
+	}
+}
+
+// The admin socket serves before the services are wired: a reload then
+// must not swap the configuration under components that never saw it.
+func TestReloadRefusedWhileStarting(t *testing.T) {
+	e := newReloadEnv(t, "")
+	e.rl.setSteps(nil)
+	before := e.rl.current()
+	e.write("[server]\nlog_level = \"debug\"\n")
+	if _, err := e.rl.reload(context.Background()); err == nil || !strings.Contains(err.Error(), "starting") {
+		t.Fatalf("reload while starting: %v", err)
+	}
+	if e.rl.current() != before {
+		t.Fatal("the running configuration changed")
 	}
 }
 

@@ -181,6 +181,6 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	if err := s.metrics.set(cfg.Metrics.Address); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	rl.steps = reloadSteps(s)
+	rl.setSteps(reloadSteps(s))
 	return s, nil
 }
