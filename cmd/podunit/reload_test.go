@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -18,7 +19,11 @@ import (
 	"time"
 
 	"github.com/podunit/podunit/config"
+	"github.com/podunit/podunit/cri"
 	"github.com/podunit/podunit/metrics"
+	"github.com/podunit/podunit/systemd/systemdtest"
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // reloadEnv is a reloader over a real configuration file with recording
@@ -310,5 +315,31 @@ func TestMetricsEndpointMovesAndFallsBack(t *testing.T) {
 	}
 	if want := []string{"127.0.0.1:0", "127.0.0.1:1", "127.0.0.1:0"}; !reflect.DeepEqual(started, want) {
 		t.Fatalf("started %q, want %q", started, want)
+	}
+}
+
+// `podunit config --running` shows what the daemon runs with, which after a
+// reload may differ from the files (keys waiting for a restart).
+func TestConfigRunningAsksTheDaemon(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "podunit.sock")
+	running := config.Default()
+	running.Server.LogLevel = "debug"
+	running.CNI.ConfDir = dir
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(gs, cri.New(cri.Deps{Config: func() *config.Config { return &running }, Systemd: systemdtest.New()}))
+	go func() { _ = gs.Serve(lis) }()
+	defer gs.Stop()
+	cf := &cliFlags{configFlags: configFlags{path: filepath.Join(dir, "none.toml"), socket: sock}}
+	c, err := runningConfig(cf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(*c, running) {
+		t.Fatalf("running configuration\n%+v\nwant\n%+v", *c, running)
 	}
 }
