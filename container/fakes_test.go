@@ -131,6 +131,8 @@ type fakeRuntime struct {
 	// first and may fail the call.
 	updates []*specs.LinuxResources
 	update  func(id string, r *specs.LinuxResources) error
+	// noCgroup plays crun: the container stays in the unit's cgroup.
+	noCgroup bool
 }
 
 func (r *fakeRuntime) Name() string { return "runc" }
@@ -156,7 +158,7 @@ func (r *fakeRuntime) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-func (r *fakeRuntime) OwnCgroup() bool { return true }
+func (r *fakeRuntime) OwnCgroup() bool { return !r.noCgroup }
 
 func (r *fakeRuntime) Update(ctx context.Context, id string, res *specs.LinuxResources) error {
 	r.mu.Lock()

@@ -189,6 +189,9 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 	if err != nil {
 		return "", err
 	}
+	if err := m.checkUnified(rt, cfg.GetLinux().GetResources().GetUnified()); err != nil {
+		return "", fmt.Errorf("create container %q: %w", cfg.GetMetadata().GetName(), err)
+	}
 	id := newID()
 	key := nameKey(podID, cfg.GetMetadata())
 	if err := m.reserve(key, id); err != nil {
