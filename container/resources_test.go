@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/podunit/podunit/errdefs"
@@ -286,5 +287,19 @@ func TestUnifiedThroughTheUnitForCrun(t *testing.T) {
 	}
 	if u := e.status(id).GetResources().GetLinux().GetUnified(); u["memory.high"] != "max" {
 		t.Errorf("status unified %v", u)
+	}
+}
+
+// The unit's start job is bounded by podunit's start_timeout, not by the
+// manager's DefaultTimeoutStartSec (30 s in the test harness, 90 s on
+// Debian), which killed slow starts podunit still waited for.
+func TestUnitStartTimeoutIsPodunits(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("pod1", "app")
+	if err := e.m.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := e.sd.Units[unitName(id)].Props["TimeoutStartUSec"], uint64(e.m.opts.StartTimeout/time.Microsecond); got != want || want == 0 {
+		t.Errorf("TimeoutStartUSec = %v, want %d", got, want)
 	}
 }
