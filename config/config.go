@@ -22,6 +22,7 @@ type Config struct {
 	Metrics   Metrics   `toml:"metrics"`
 	GC        GC        `toml:"gc"`
 	Logs      Logs      `toml:"logs"`
+	CDI       CDI       `toml:"cdi"`
 }
 
 // Server is the CRI endpoint.
@@ -104,6 +105,14 @@ type Logs struct {
 	Journald bool `toml:"journald" doc:"Also hand container output to journald (journalctl -u podunit-ctr-<id>.service, CONTAINER_ID=...); best effort, never delays the CRI log file. Applies to containers started afterwards."`
 }
 
+// CDI is the Container Device Interface: device vendors (GPU drivers,
+// device plugins) describe their devices in spec files, and containers
+// that name them get the spec's device nodes, mounts, environment and hooks.
+type CDI struct {
+	Enabled  bool     `toml:"enabled" doc:"Resolve the CDI devices containers request (CRI cdi_devices, cdi.k8s.io/* annotations); off, such a request is refused."`
+	SpecDirs []string `toml:"spec_dirs" doc:"Directories with CDI spec files (*.json, *.yaml), re-read at each create that requests devices; a device in a later directory overrides one of the same name in an earlier one."`
+}
+
 // Default returns the configuration used when no file says otherwise.
 func Default() Config {
 	return Config{
@@ -138,6 +147,8 @@ func Default() Config {
 		Streaming: Streaming{Address: "127.0.0.1:0"},
 		GC:        GC{Interval: Duration(5 * time.Minute)},
 		Logs:      Logs{Journald: true},
+		// containerd 2.x's defaults: on, the two directories of the CDI spec.
+		CDI: CDI{Enabled: true, SpecDirs: []string{"/etc/cdi", "/var/run/cdi"}},
 	}
 }
 
@@ -235,6 +246,12 @@ func (c *Config) Validate() error {
 	}
 	if c.GC.Interval < 0 {
 		bad("gc.interval", "must not be negative")
+	}
+	if c.CDI.Enabled && len(c.CDI.SpecDirs) == 0 {
+		bad("cdi.spec_dirs", "must name a directory when cdi.enabled is true")
+	}
+	for _, d := range c.CDI.SpecDirs {
+		abs("cdi.spec_dirs", d, false)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid configuration: %s", strings.Join(errs, "; "))

@@ -44,6 +44,9 @@ func OptionsFromConfig(cfg *config.Config, log *slog.Logger) (Options, error) {
 		Logger:     log,
 	}
 	o.SetRuntime(cfg.Runtime)
+	if err := o.SetCDI(cfg.CDI); err != nil {
+		return Options{}, err
+	}
 	return o, nil
 }
 
@@ -54,6 +57,22 @@ func (o *Options) SetRuntime(r config.Runtime) {
 	o.StopMargin = r.StopMargin.D()
 	o.LogFlushTimeout = r.LogFlushWait.D()
 	o.ExecOutputMax = r.ExecOutputMax
+}
+
+// SetCDI takes the [cdi] settings of podunit's configuration: enabled, the
+// registry reads the spec directories now and again at each create that
+// requests devices.
+func (o *Options) SetCDI(c config.CDI) error {
+	o.CDI = nil
+	if !c.Enabled {
+		return nil
+	}
+	reg, err := oci.NewCDIRegistry(c.SpecDirs)
+	if err != nil {
+		return fmt.Errorf("container manager: %w", err)
+	}
+	o.CDI = reg
+	return nil
 }
 
 // UnitHelperBinary is the small binary with the unit's helpers

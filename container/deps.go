@@ -91,6 +91,9 @@ type Options struct {
 	Caps unitprops.Caps
 	// Host facts for spec generation (capabilities, OOM score floor...).
 	Host oci.Host
+	// CDI resolves the CDI devices a container requests (SetCDI); nil
+	// when [cdi] is disabled, and then such a request is refused.
+	CDI *oci.CDIRegistry
 	// CgroupRoot is where cgroup hierarchies are mounted (OOM counters).
 	CgroupRoot string
 	// NoHugetlb drops hugepage limits from specs: the runtime has no

@@ -41,6 +41,10 @@ type SpecInput struct {
 	ResolvedUser *User
 	// Devices are Config.Devices resolved on the host by ResolveDevices.
 	Devices []Device
+	// CDI injects the CDI devices the config requests (CDIDeviceNames),
+	// a CDIRegistry refreshed before; nil when CDI is disabled, and then
+	// such a request is ErrInvalid.
+	CDI CDIInjector
 	// SeccompLocalhost is the content of the Localhost seccomp profile the
 	// config names (LoadSeccompLocalhost).
 	SeccompLocalhost []byte
@@ -194,6 +198,7 @@ func specOpts(in *SpecInput) []SpecOpt {
 		withPodFiles(in.PodFiles, sc.GetReadonlyRootfs()),
 		withCRIMounts(in.Config.GetMounts()),
 		withDevices(in.Devices),
+		withCDIDevices(in.Config, in.CDI),
 		withCapabilities(sc.GetCapabilities(), in.Host.Capabilities),
 		withMaskedPaths(sc.GetMaskedPaths(), sc.GetReadonlyPaths(), unmaskedProc(sc, nsOpts)),
 		withPrivileged(privileged, in.SandboxConfig.GetLinux().GetSecurityContext().GetPrivileged(), in.Host),
