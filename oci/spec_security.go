@@ -228,6 +228,16 @@ func legacyProfile(v, alias string) *runtimeapi.SecurityProfile {
 	return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: v}
 }
 
+// CheckSeccompProfile parses an operator's RuntimeDefault profile
+// (runtime.seccomp_profile) as withSeccomp will, so a broken file is
+// reported once at start rather than by every container that uses it.
+func CheckSeccompProfile(b []byte) error {
+	if _, err := seccomp.Load(b, seccomp.Filter{}); err != nil {
+		return fmt.Errorf("seccomp profile: %w: %w", errdefs.ErrInvalid, err)
+	}
+	return nil
+}
+
 type seccompSources struct {
 	Localhost []byte
 	Default   []byte
