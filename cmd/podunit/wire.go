@@ -82,7 +82,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 		AuthFile:            cfg.Image.AuthFile,
 		PullProgressTimeout: cfg.Image.PullProgressTimeout.D(),
 		MaxParallelPulls:    cfg.Image.MaxParallelPulls,
-		PinnedImages:        []string{cfg.Image.PauseImage},
+		PinnedImages:        append([]string{cfg.Image.PauseImage}, cfg.Image.PinnedImages...),
 		Logger:              log.With("component", "images"),
 	})
 	if err != nil {
