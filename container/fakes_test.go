@@ -124,9 +124,12 @@ func sandboxConfig(id string) *runtimeapi.PodSandboxConfig {
 }
 
 type fakeRuntime struct {
-	mu      sync.Mutex
-	deleted []string
-	exec    func(ctx context.Context, p oci.ExecProcess) (int, error)
+	// features and featuresErr are what Features answers.
+	features    oci.Features
+	featuresErr error
+	mu          sync.Mutex
+	deleted     []string
+	exec        func(ctx context.Context, p oci.ExecProcess) (int, error)
 	// updates are the resources Update was given; update, if set, runs
 	// first and may fail the call.
 	updates []*specs.LinuxResources
@@ -159,6 +162,10 @@ func (r *fakeRuntime) Delete(ctx context.Context, id string) error {
 }
 
 func (r *fakeRuntime) OwnCgroup() bool { return !r.noCgroup }
+
+func (r *fakeRuntime) Features(ctx context.Context) (oci.Features, error) {
+	return r.features, r.featuresErr
+}
 
 func (r *fakeRuntime) Update(ctx context.Context, id string, res *specs.LinuxResources) error {
 	r.mu.Lock()
@@ -217,7 +224,9 @@ func newEnv(t *testing.T) *env {
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"), Self: "/usr/bin/podunit",
 		Caps: unitprops.Caps{SystemdVersion: 252}, CgroupRoot: "/sys/fs/cgroup",
 	}
-	e.opts.SetRuntime(config.Default().Runtime)
+	if err := e.opts.SetRuntime(config.Default().Runtime); err != nil {
+		t.Fatal(err)
+	}
 	e.opts.StopMargin = time.Second
 	e.deps = Deps{Systemd: e.sd, Images: e.imgs, Pods: fakePods{logDir: e.logDir}, Runtimes: map[string]oci.Runtime{"runc": e.rt}, Logs: e.logs}
 	e.sd.StopFunc = func(u *systemdtest.Unit) systemd.JobResult {

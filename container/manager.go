@@ -40,8 +40,10 @@ type Manager struct {
 	imgs ImageStore
 	pods Pods
 	rts  map[string]oci.Runtime
-	logs Logs      // may be nil
-	evs  Publisher // may be nil
+	// features are the handlers' (Deps.Features), keyed like rts.
+	features map[string]oci.Features
+	logs     Logs      // may be nil
+	evs      Publisher // may be nil
 	// procRoot is where /proc is (tests point it at a fake one).
 	procRoot string
 
@@ -67,7 +69,7 @@ func New(opts Options, deps Deps) (*Manager, error) {
 		}
 	}
 	return &Manager{
-		opts: opts, sd: deps.Systemd, imgs: deps.Images, pods: deps.Pods, rts: deps.Runtimes, logs: deps.Logs, evs: deps.Events,
+		opts: opts, sd: deps.Systemd, imgs: deps.Images, pods: deps.Pods, rts: deps.Runtimes, features: deps.Features, logs: deps.Logs, evs: deps.Events,
 		procRoot: "/proc", ctrs: map[string]*ctr{}, names: map[string]string{},
 	}, nil
 }
@@ -243,7 +245,7 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 
 	unit := unitName(id)
 	spec, user, err := m.buildSpec(ctx, specRequest{
-		id: id, cfg: cfg, sandboxCfg: sandboxCfg, pod: pod, img: img, rootfs: rootfs,
+		id: id, cfg: cfg, sandboxCfg: sandboxCfg, pod: pod, img: img, rootfs: rootfs, features: m.features[rt.Name()],
 		cgroupsPath: systemd.SlicePath(pod.Slice) + "/" + unit + "/container",
 	})
 	if err != nil {

@@ -19,6 +19,8 @@ type specRequest struct {
 	img         *imagestore.ImageInfo
 	rootfs      string
 	cgroupsPath string
+	// features are the container's runtime handler's.
+	features oci.Features
 }
 
 // buildSpec does the host lookups spec generation needs (users in the
@@ -69,8 +71,13 @@ func (m *Manager) buildSpec(ctx context.Context, r specRequest) (*specs.Spec, *o
 		Devices:          devs,
 		CDI:              cdi,
 		SeccompLocalhost: seccomp,
+		SeccompDefault:   m.opts.SeccompDefault,
 		AppArmor:         aa,
-		Host:             m.opts.Host,
+		Rlimits:          m.opts.Rlimits,
+
+		DefaultCapabilities: m.opts.DefaultCapabilities,
+		Runtime:             r.features,
+		Host:                m.opts.Host,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("create container %q: spec: %w", r.cfg.GetMetadata().GetName(), err)

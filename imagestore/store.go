@@ -50,8 +50,8 @@ type Options struct {
 	PullProgressTimeout time.Duration
 	// MaxParallelPulls bounds how many distinct images download at once.
 	MaxParallelPulls int
-	// PinnedImages are references (typically the pause image) reported as
-	// pinned so the kubelet's image GC keeps them.
+	// PinnedImages are references (typically the pause image) or globs
+	// (pinSet) reported as pinned so the kubelet's image GC keeps them.
 	PinnedImages []string
 	// Logger receives the store's own events; nil uses slog.Default().
 	Logger *slog.Logger
@@ -63,7 +63,7 @@ type Store struct {
 	store   storage.Store
 	opts    Options
 	log     *slog.Logger
-	pinned  map[string]bool
+	pinned  pinSet
 	pulls   *pullGroup
 	configs sync.Map // image ID -> *imageConfig; image IDs are content addresses, so entries never go stale
 
@@ -133,14 +133,10 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	}
 	o.Logger.InfoContext(ctx, "image store ready", "root", o.Root, "runroot", o.RunRoot, "driver", driver)
 
-	pinned := make(map[string]bool, len(o.PinnedImages))
-	for _, p := range o.PinnedImages {
-		named, err := NormalizeReference(p)
-		if err != nil {
-			_, _ = st.Shutdown(false)
-			return nil, fmt.Errorf("pinned image %q: %w", p, err)
-		}
-		pinned[named.String()] = true
+	pinned, err := newPinSet(o.PinnedImages)
+	if err != nil {
+		_, _ = st.Shutdown(false)
+		return nil, err
 	}
 	return &Store{
 		store:  st,

@@ -82,7 +82,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 		AuthFile:            cfg.Image.AuthFile,
 		PullProgressTimeout: cfg.Image.PullProgressTimeout.D(),
 		MaxParallelPulls:    cfg.Image.MaxParallelPulls,
-		PinnedImages:        []string{cfg.Image.PauseImage},
+		PinnedImages:        append([]string{cfg.Image.PauseImage}, cfg.Image.PinnedImages...),
 		Logger:              log.With("component", "images"),
 	})
 	if err != nil {
@@ -136,8 +136,11 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	if err != nil {
 		return nil, err
 	}
+	// Handlers change only with the configuration: asked once, kept for
+	// CreateContainer's checks and Status's RuntimeHandlerFeatures.
+	features := container.ProbeFeatures(ctx, runtimes, log.With("component", "containers"))
 	ctrs, err := container.New(copts, container.Deps{
-		Systemd: sd, Images: images, Pods: container.SandboxPods(pods), Runtimes: runtimes, Logs: lm, Events: hub,
+		Systemd: sd, Images: images, Pods: container.SandboxPods(pods), Runtimes: runtimes, Features: features, Logs: lm, Events: hub,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("container manager: %w", err)
@@ -179,7 +182,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	s.cri = cri.New(cri.Deps{
 		Config: cfg, Systemd: sd, Images: images, Pods: pods, Containers: ctrs, Logs: lm, Stream: s.stream,
 		Stats:   statsDeps(s, reader, s.hub, cfg.Image.StorageRoot),
-		Network: pods.NetworkReady, Version: podunitVersion(), Logger: log,
+		Network: pods.NetworkReady, Features: features, Version: podunitVersion(), Logger: log,
 	})
 	if s.metrics, err = startMetrics(cfg, s, s.hub, log); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
