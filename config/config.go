@@ -5,9 +5,13 @@ package config
 import (
 	"fmt"
 	"net"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/moby/sys/capability"
 )
 
 // Config mirrors the TOML tables of /etc/podunit/podunit.toml. A field
@@ -24,6 +28,7 @@ type Config struct {
 	Metrics   Metrics   `toml:"metrics"`
 	GC        GC        `toml:"gc"`
 	Logs      Logs      `toml:"logs"`
+	CDI       CDI       `toml:"cdi"`
 }
 
 // Server is the CRI endpoint.
@@ -58,6 +63,7 @@ type Image struct {
 	PullProgressTimeout Duration `reload:"live" toml:"pull_progress_timeout" doc:"Cancel a pull that moved no bytes for this long."`
 	MaxParallelPulls    int      `toml:"max_parallel_pulls" doc:"Different images pulled at the same time."`
 	PauseImage          string   `reload:"live" toml:"pause_image" doc:"Image kept pinned for the kubelet; podunit needs no infra container."`
+	PinnedImages        []string `reload:"live" toml:"pinned_images" doc:"More images reported as pinned, which the kubelet's image GC never removes: references or path.Match globs over the full name (registry.k8s.io/*, docker.io/library/busybox:*)."`
 }
 
 // CNI locates the network plugins and their configuration.
@@ -68,12 +74,22 @@ type CNI struct {
 
 // Runtime selects OCI runtimes.
 type Runtime struct {
-	DefaultHandler string             `reload:"live" toml:"default_handler" doc:"Handler used when a pod names no RuntimeClass."`
-	StartTimeout   Duration           `toml:"start_timeout" doc:"Upper bound for starting a container (its unit's start job: runtime create and start)."`
-	StopMargin     Duration           `toml:"stop_margin" doc:"How long past a stop's grace period its unit may take to stop (the final SIGKILL)."`
-	LogFlushWait   Duration           `toml:"log_flush_wait" doc:"How long an exited container's last output may take to reach its CRI log before the exit is reported."`
-	ExecOutputMax  int                `toml:"exec_output_max" doc:"Bytes of stdout and of stderr ExecSync returns (probes); the rest is dropped."`
-	Handlers       map[string]Handler `reload:"live" toml:"handlers" doc:"OCI runtimes by RuntimeClass handler name."`
+	DefaultHandler string   `reload:"live" toml:"default_handler" doc:"Handler used when a pod names no RuntimeClass."`
+	StartTimeout   Duration `toml:"start_timeout" doc:"Upper bound for starting a container (its unit's start job: runtime create and start)."`
+	StopMargin     Duration `toml:"stop_margin" doc:"How long past a stop's grace period its unit may take to stop (the final SIGKILL)."`
+	LogFlushWait   Duration `toml:"log_flush_wait" doc:"How long an exited container's last output may take to reach its CRI log before the exit is reported."`
+	ExecOutputMax  int      `toml:"exec_output_max" doc:"Bytes of stdout and of stderr ExecSync returns (probes); the rest is dropped."`
+	// The three operator defaults below shape each new container's spec;
+	// a container that exists keeps the spec it was created with. They
+	// need a restart: the container manager reads them, unlocked, from
+	// the options it was built with.
+	DefaultCapabilities []string `toml:"default_capabilities" doc:"Capabilities of a container whose request adds and drops none (containerd's and CRI-O's set); names with or without CAP_."`
+	DefaultUlimits      []string `toml:"default_ulimits" doc:"Process limits every container starts with, name=soft[:hard] as in CRI-O (nofile=1048576:1048576; -1 is unlimited); empty keeps the runtime's, which are the container unit's."`
+	SeccompProfile      string   `toml:"seccomp_profile" doc:"Seccomp profile file (runtime-spec or Docker JSON) for RuntimeDefault; empty uses podunit's built-in profile (Docker's allow-list)."`
+	// Handlers come last: the sample shows them as subtables after the
+	// table's plain keys. A reload probes the features of new or changed
+	// ones.
+	Handlers map[string]Handler `reload:"live" toml:"handlers" doc:"OCI runtimes by RuntimeClass handler name."`
 }
 
 // Handler is one OCI runtime a RuntimeClass may name.
@@ -106,6 +122,14 @@ type Logs struct {
 	Journald bool `toml:"journald" doc:"Also hand container output to journald (journalctl -u podunit-ctr-<id>.service, CONTAINER_ID=...); best effort, never delays the CRI log file. Applies to containers started afterwards."`
 }
 
+// CDI is the Container Device Interface: device vendors (GPU drivers,
+// device plugins) describe their devices in spec files, and containers
+// that name them get the spec's device nodes, mounts, environment and hooks.
+type CDI struct {
+	Enabled  bool     `toml:"enabled" doc:"Resolve the CDI devices containers request (CRI cdi_devices, cdi.k8s.io/* annotations); off, such a request is refused."`
+	SpecDirs []string `toml:"spec_dirs" doc:"Directories with CDI spec files (*.json, *.yaml), re-read at each create that requests devices; a device in a later directory overrides one of the same name in an earlier one."`
+}
+
 // Default returns the configuration used when no file says otherwise.
 func Default() Config {
 	return Config{
@@ -136,10 +160,16 @@ func Default() Config {
 				"runc": {Type: "runc", Path: "/usr/sbin/runc", Root: "/run/podunit/runc"},
 				"crun": {Type: "crun", Path: "/usr/bin/crun", Root: "/run/podunit/crun"},
 			},
+			DefaultCapabilities: []string{
+				"CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW", "SETGID",
+				"SETUID", "SETFCAP", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE",
+			},
 		},
 		Streaming: Streaming{Address: "127.0.0.1:0"},
 		GC:        GC{Interval: Duration(5 * time.Minute)},
 		Logs:      Logs{Journald: true},
+		// containerd 2.x's defaults: on, the two directories of the CDI spec.
+		CDI: CDI{Enabled: true, SpecDirs: []string{"/etc/cdi", "/var/run/cdi"}},
 	}
 }
 
@@ -195,6 +225,11 @@ func (c *Config) Validate() error {
 	if c.Image.MaxParallelPulls <= 0 {
 		bad("image.max_parallel_pulls", "must be positive")
 	}
+	for _, p := range c.Image.PinnedImages {
+		if _, err := path.Match(p, ""); err != nil || p == "" {
+			bad("image.pinned_images", "%q is not a reference or glob", p)
+		}
+	}
 	abs("cni.conf_dir", c.CNI.ConfDir, false)
 	for _, d := range c.CNI.BinDirs {
 		abs("cni.bin_dirs", d, false)
@@ -214,6 +249,15 @@ func (c *Config) Validate() error {
 	if c.Runtime.ExecOutputMax <= 0 {
 		bad("runtime.exec_output_max", "must be positive")
 	}
+	for _, cp := range c.Runtime.DefaultCapabilities {
+		if !knownCapability(cp) {
+			bad("runtime.default_capabilities", "unknown capability %q", cp)
+		}
+	}
+	if _, err := c.Runtime.Ulimits(); err != nil {
+		errs = append(errs, err.Error())
+	}
+	abs("runtime.seccomp_profile", c.Runtime.SeccompProfile, true)
 	for name, h := range c.Runtime.Handlers {
 		key := "runtime.handlers." + name
 		switch h.Type {
@@ -238,10 +282,23 @@ func (c *Config) Validate() error {
 	if c.GC.Interval < 0 {
 		bad("gc.interval", "must not be negative")
 	}
+	if c.CDI.Enabled && len(c.CDI.SpecDirs) == 0 {
+		bad("cdi.spec_dirs", "must name a directory when cdi.enabled is true")
+	}
+	for _, d := range c.CDI.SpecDirs {
+		abs("cdi.spec_dirs", d, false)
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid configuration: %s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// knownCapability accepts "net_admin", "NET_ADMIN" and "CAP_NET_ADMIN"
+// for a capability this kernel headers' list knows.
+func knownCapability(name string) bool {
+	n := strings.TrimPrefix(strings.ToLower(strings.TrimSpace(name)), "cap_")
+	return slices.ContainsFunc(capability.ListKnown(), func(c capability.Cap) bool { return c.String() == n })
 }
 
 // Duration is a time.Duration written as "30s", "5m" in TOML.

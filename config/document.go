@@ -76,6 +76,10 @@ func writeTable(b *bytes.Buffer, name string, v reflect.Value) error {
 }
 
 func encodeKey(key string, v any) (string, error) {
+	// The TOML encoder drops empty arrays; the sample shows every key.
+	if rv := reflect.ValueOf(v); rv.Kind() == reflect.Slice && rv.Len() == 0 {
+		return key + " = []\n", nil
+	}
 	var b bytes.Buffer
 	if err := toml.NewEncoder(&b).Encode(map[string]any{key: v}); err != nil {
 		return "", fmt.Errorf("encode %s: %w", key, err)

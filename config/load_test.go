@@ -109,3 +109,34 @@ func TestEncodeRoundTrip(t *testing.T) {
 		t.Fatalf("round trip lost values: %+v", c)
 	}
 }
+
+func TestCDI(t *testing.T) {
+	d := Default().CDI
+	if !d.Enabled || strings.Join(d.SpecDirs, " ") != "/etc/cdi /var/run/cdi" {
+		t.Fatalf("defaults %+v", d)
+	}
+	p := filepath.Join(t.TempDir(), "podunit.toml")
+	write(t, p, "[cdi]\nenabled = false\nspec_dirs = [\"/opt/cdi\"]\n")
+	c, _, err := Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.CDI.Enabled || strings.Join(c.CDI.SpecDirs, " ") != "/opt/cdi" {
+		t.Fatalf("loaded %+v", c.CDI)
+	}
+	for name, tc := range map[string]CDI{
+		"relative dir":        {Enabled: true, SpecDirs: []string{"/etc/cdi", "cdi"}},
+		"enabled without dir": {Enabled: true},
+	} {
+		c := Default()
+		c.CDI = tc
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "cdi.spec_dirs") {
+			t.Errorf("%s: Validate = %v, want a cdi.spec_dirs error", name, err)
+		}
+	}
+	c = Default()
+	c.CDI = CDI{Enabled: false}
+	if err := c.Validate(); err != nil {
+		t.Errorf("disabled without dirs: %v", err)
+	}
+}

@@ -78,7 +78,7 @@ func TestLiveKeysMarkedInSample(t *testing.T) {
 	keys := LiveKeys()
 	want := []string{
 		"server.log_level",
-		"image.registries_conf", "image.policy_path", "image.auth_file", "image.pull_progress_timeout", "image.pause_image",
+		"image.registries_conf", "image.policy_path", "image.auth_file", "image.pull_progress_timeout", "image.pause_image", "image.pinned_images",
 		"runtime.default_handler", "runtime.handlers",
 		"metrics.address",
 	}

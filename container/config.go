@@ -1,14 +1,18 @@
 package container
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/podunit/podunit/apparmor"
 	"github.com/podunit/podunit/config"
@@ -43,17 +47,84 @@ func OptionsFromConfig(cfg *config.Config, log *slog.Logger) (Options, error) {
 		NoJournal:  !cfg.Logs.Journald,
 		Logger:     log,
 	}
-	o.SetRuntime(cfg.Runtime)
+	if err := o.SetRuntime(cfg.Runtime); err != nil {
+		return Options{}, err
+	}
+	if err := o.SetCDI(cfg.CDI); err != nil {
+		return Options{}, err
+	}
 	return o, nil
 }
 
-// SetRuntime takes the [runtime] settings of podunit's configuration.
-func (o *Options) SetRuntime(r config.Runtime) {
+// SetRuntime takes the [runtime] settings of podunit's configuration. It
+// reads runtime.seccomp_profile and checks it now, so a broken file stops
+// podunit at start instead of failing every RuntimeDefault container.
+func (o *Options) SetRuntime(r config.Runtime) error {
 	o.DefaultHandler = r.DefaultHandler
 	o.StartTimeout = r.StartTimeout.D()
 	o.StopMargin = r.StopMargin.D()
 	o.LogFlushTimeout = r.LogFlushWait.D()
 	o.ExecOutputMax = r.ExecOutputMax
+	o.DefaultCapabilities = slices.Clone(r.DefaultCapabilities)
+	ulimits, err := r.Ulimits()
+	if err != nil {
+		return fmt.Errorf("container manager: %w: %w", errdefs.ErrInvalid, err)
+	}
+	o.Rlimits = nil
+	for _, u := range ulimits {
+		o.Rlimits = append(o.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_" + strings.ToUpper(u.Name), Soft: u.Soft, Hard: u.Hard})
+	}
+	o.SeccompDefault = nil
+	if r.SeccompProfile != "" {
+		b, err := os.ReadFile(r.SeccompProfile)
+		if err != nil {
+			return fmt.Errorf("container manager: runtime.seccomp_profile: %w", err)
+		}
+		if err := oci.CheckSeccompProfile(b); err != nil {
+			return fmt.Errorf("container manager: runtime.seccomp_profile %s: %w", r.SeccompProfile, err)
+		}
+		o.SeccompDefault = b
+	}
+	return nil
+}
+
+// ProbeFeatures asks every handler once what it supports (package oci
+// owns the commands) and logs the answers. A handler that cannot answer
+// is logged and gets no features: the kubelet is told nothing it cannot
+// rely on, and its containers still run.
+func ProbeFeatures(ctx context.Context, runtimes map[string]oci.Runtime, log *slog.Logger) map[string]oci.Features {
+	names := make([]string, 0, len(runtimes))
+	for n := range runtimes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make(map[string]oci.Features, len(runtimes))
+	for _, n := range names {
+		f, err := runtimes[n].Features(ctx)
+		if err != nil {
+			log.WarnContext(ctx, "runtime handler features unknown: advertising none", "handler", n, "err", err)
+		} else {
+			log.InfoContext(ctx, "runtime handler features", "handler", n, "features", f)
+		}
+		out[n] = f
+	}
+	return out
+}
+
+// SetCDI takes the [cdi] settings of podunit's configuration: enabled, the
+// registry reads the spec directories now and again at each create that
+// requests devices.
+func (o *Options) SetCDI(c config.CDI) error {
+	o.CDI = nil
+	if !c.Enabled {
+		return nil
+	}
+	reg, err := oci.NewCDIRegistry(c.SpecDirs)
+	if err != nil {
+		return fmt.Errorf("container manager: %w", err)
+	}
+	o.CDI = reg
+	return nil
 }
 
 // UnitHelperBinary is the small binary with the unit's helpers

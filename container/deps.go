@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/events"
 	"github.com/podunit/podunit/imagestore"
@@ -91,6 +93,15 @@ type Options struct {
 	Caps unitprops.Caps
 	// Host facts for spec generation (capabilities, OOM score floor...).
 	Host oci.Host
+	// CDI resolves the CDI devices a container requests (SetCDI); nil
+	// when [cdi] is disabled, and then such a request is refused.
+	CDI *oci.CDIRegistry
+	// DefaultCapabilities, Rlimits and SeccompDefault are the operator's
+	// defaults for every new container (runtime.default_capabilities,
+	// default_ulimits, seccomp_profile; SetRuntime).
+	DefaultCapabilities []string
+	Rlimits             []specs.POSIXRlimit
+	SeccompDefault      []byte
 	// CgroupRoot is where cgroup hierarchies are mounted (OOM counters).
 	CgroupRoot string
 	// NoHugetlb drops hugepage limits from specs: the runtime has no
@@ -115,6 +126,10 @@ type Deps struct {
 	Images   ImageStore
 	Pods     Pods
 	Runtimes map[string]oci.Runtime
+	// Features are what each of Runtimes supports (ProbeFeatures at start;
+	// SetRuntimes probes the handlers a reload adds or changes); a handler
+	// without an entry supports nothing optional.
+	Features map[string]oci.Features
 	// Logs writes CRI log files; nil means none are written (tests).
 	Logs Logs
 	// Events receives the container lifecycle events for the CRI's

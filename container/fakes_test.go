@@ -124,13 +124,18 @@ func sandboxConfig(id string) *runtimeapi.PodSandboxConfig {
 }
 
 type fakeRuntime struct {
-	mu      sync.Mutex
-	deleted []string
-	exec    func(ctx context.Context, p oci.ExecProcess) (int, error)
+	// features and featuresErr are what Features answers.
+	features    oci.Features
+	featuresErr error
+	mu          sync.Mutex
+	deleted     []string
+	exec        func(ctx context.Context, p oci.ExecProcess) (int, error)
 	// updates are the resources Update was given; update, if set, runs
 	// first and may fail the call.
 	updates []*specs.LinuxResources
 	update  func(id string, r *specs.LinuxResources) error
+	// noCgroup plays crun: the container stays in the unit's cgroup.
+	noCgroup bool
 }
 
 func (r *fakeRuntime) Name() string { return "runc" }
@@ -156,7 +161,11 @@ func (r *fakeRuntime) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-func (r *fakeRuntime) OwnCgroup() bool { return true }
+func (r *fakeRuntime) OwnCgroup() bool { return !r.noCgroup }
+
+func (r *fakeRuntime) Features(ctx context.Context) (oci.Features, error) {
+	return r.features, r.featuresErr
+}
 
 func (r *fakeRuntime) Update(ctx context.Context, id string, res *specs.LinuxResources) error {
 	r.mu.Lock()
@@ -215,7 +224,9 @@ func newEnv(t *testing.T) *env {
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"), Self: "/usr/bin/podunit",
 		Caps: unitprops.Caps{SystemdVersion: 252}, CgroupRoot: "/sys/fs/cgroup",
 	}
-	e.opts.SetRuntime(config.Default().Runtime)
+	if err := e.opts.SetRuntime(config.Default().Runtime); err != nil {
+		t.Fatal(err)
+	}
 	e.opts.StopMargin = time.Second
 	e.deps = Deps{Systemd: e.sd, Images: e.imgs, Pods: fakePods{logDir: e.logDir}, Runtimes: map[string]oci.Runtime{"runc": e.rt}, Logs: e.logs}
 	e.sd.StopFunc = func(u *systemdtest.Unit) systemd.JobResult {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,6 +65,7 @@ func TestInHarness(t *testing.T) {
 	t.Run("LogRelayKilledMidBurst", func(t *testing.T) { ie.relayKilledMidBurst(ctx, t) })
 	t.Run("LogReopenMidBurst", func(t *testing.T) { ie.reopenMidBurst(ctx, t) })
 	t.Run("FastPaths", func(t *testing.T) { ie.fastPaths(ctx, t) })
+	t.Run("CDIDevices", func(t *testing.T) { ie.cdiDevices(ctx, t) })
 	t.Run("Lifecycle200", func(t *testing.T) { ie.churn(ctx, t, 200) })
 }
 
@@ -139,14 +141,18 @@ func newInside(t *testing.T) *inside {
 		StateDir:       filepath.Join(itestDir, "containers"), RunDir: "/run/podunit/containers", Self: self,
 		Caps: unitprops.Caps{SystemdVersion: 252, CgroupV2: err == nil}, Host: host, CgroupRoot: "/sys/fs/cgroup",
 	}
-	ie.opts.SetRuntime(config.Default().Runtime)
+	if err := ie.opts.SetRuntime(config.Default().Runtime); err != nil {
+		t.Fatal(err)
+	}
 	execDir := filepath.Join(d.Paths.RunDir, "exec") // as cmd/podunit wires it
 	rt := oci.NewRunc(oci.CLIConfig{Binary: "/usr/sbin/runc", Root: runcRoot, ExecDir: execDir})
 	crun := oci.NewCrun(oci.CLIConfig{Binary: "/usr/bin/crun", Root: crunRoot, ExecDir: execDir})
 	// The relay writes the CRI log files `kubectl logs` reads; podunit
 	// only asks it to flush.
 	lm := logrelay.Client{Socket: relaySock}
-	ie.deps = Deps{Systemd: ie.sd, Images: ie.imgs, Pods: itestPods{logDir: ie.logDir}, Runtimes: map[string]oci.Runtime{"runc": rt, "crun": crun}, Logs: lm}
+	runtimes := map[string]oci.Runtime{"runc": rt, "crun": crun}
+	ie.deps = Deps{Systemd: ie.sd, Images: ie.imgs, Pods: itestPods{logDir: ie.logDir}, Runtimes: runtimes, Logs: lm,
+		Features: ProbeFeatures(context.Background(), runtimes, slog.Default())}
 	return ie
 }
 

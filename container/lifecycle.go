@@ -70,6 +70,7 @@ func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 		ExecStopPost:     unitprops.Exec{Argv: stopPost, IgnoreFailure: true},
 		KillSignal:       r.StopSignal,
 		StopTimeout:      safetyStopTimeout,
+		StartTimeout:     m.opts.StartTimeout,
 		SyslogIdentifier: name,
 		LogFields: logs.ExtraFields(logs.Identity{
 			PodNamespace: r.PodNamespace, PodName: r.PodName, PodUID: r.PodUID,

@@ -5,6 +5,7 @@ package container
 import (
 	"context"
 	"fmt"
+	goruntime "runtime"
 	"strings"
 	"testing"
 
@@ -57,6 +58,23 @@ func (ie *inside) ownLimits(ctx context.Context, t *testing.T) {
 		t.Fatal(err)
 	}
 	ie.checkLimitsInside(ctx, t, m, id, "create", limitFiles(v2, res))
+	// Pinning reaches the workload on v1 too, where systemd has no cpuset
+	// property and only the runtime's write to the container's cgroup pins.
+	if goruntime.NumCPU() >= 2 {
+		for i, cpus := range []string{"1", "0"} {
+			if err := m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{CpusetCpus: cpus}); err != nil {
+				t.Fatalf("cpuset %s: %v", cpus, err)
+			}
+			out, _, code, err := m.ExecSync(ctx, id, []string{"grep", "Cpus_allowed_list", "/proc/1/status"}, 10)
+			if f := strings.Fields(string(out)); err != nil || code != 0 || len(f) != 2 || f[1] != cpus {
+				t.Errorf("cpuset update %d: the container's init has %q (exit %d, %v), want CPUs %s", i, out, code, err, cpus)
+			}
+			st, _, err := m.Status(ctx, id, false)
+			if err != nil || st.GetResources().GetLinux().GetCpusetCpus() != cpus {
+				t.Errorf("cpuset update %d: status reports %q (%v)", i, st.GetResources().GetLinux().GetCpusetCpus(), err)
+			}
+		}
+	}
 
 	quotaFile := [2]string{"cpu", "cpu.cfs_quota_us"}
 	if v2 {

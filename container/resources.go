@@ -35,7 +35,18 @@ func (m *Manager) UpdateResources(ctx context.Context, id string, res *runtimeap
 	if c.rec == nil {
 		return fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
 	}
+	rt, err := m.runtime(c.rec.Handler)
+	if err != nil {
+		return err
+	}
+	if err := m.checkUnified(rt, res.GetUnified()); err != nil {
+		return fmt.Errorf("update container %s: %w", id, err)
+	}
 	next := mergeResources(c.rec.Resources, res)
+	if c.rec.State == StateRunning && m.hugetlbInForce(rt) && !sameHugepages(c.rec.Resources.GetHugepageLimits(), next.GetHugepageLimits()) {
+		// runc's update reads hugepage limits and drops them.
+		return fmt.Errorf("update container %s: hugepage limits of a running container cannot change (the OCI runtime's update does not apply them); recreate it: %w", id, errdefs.ErrPrecondition)
+	}
 	props, err := unitprops.ResourceProperties(unitUpdate(res, next), m.opts.Caps)
 	if err != nil {
 		return fmt.Errorf("update container %s: %w", id, err)
@@ -77,8 +88,8 @@ func unitUpdate(upd, next *runtimeapi.LinuxContainerResources) *runtimeapi.Linux
 }
 
 // applyResources changes a running container's limits: the unit's
-// properties and its own cgroup's memory and CPU (hugetlb and unified
-// keep their values from create). ctrFirst orders the two writes.
+// properties and its own cgroup's memory, CPU, cpusets and unified
+// (hugetlb keeps its values from create). ctrFirst orders the two writes.
 func (m *Manager) applyResources(ctx context.Context, r *record, props []systemd.Property, lr *specs.LinuxResources, ctrFirst bool) error {
 	rt, err := m.runtime(r.Handler)
 	if err != nil {
@@ -91,10 +102,10 @@ func (m *Manager) applyResources(ctx context.Context, r *record, props []systemd
 		return m.sd.SetUnitProperties(ctx, r.Unit, props...)
 	}
 	own := func() error {
-		if lr == nil || (lr.Memory == nil && lr.CPU == nil) {
+		if lr == nil || (lr.Memory == nil && lr.CPU == nil && lr.Unified == nil) {
 			return nil
 		}
-		return rt.Update(ctx, r.ID, &specs.LinuxResources{Memory: lr.Memory, CPU: lr.CPU})
+		return rt.Update(ctx, r.ID, &specs.LinuxResources{Memory: lr.Memory, CPU: lr.CPU, Unified: lr.Unified})
 	}
 	steps := []func() error{unit, own}
 	if ctrFirst {
@@ -191,4 +202,78 @@ func mergeResources(cur, upd *runtimeapi.LinuxContainerResources) *runtimeapi.Li
 		n.Unified = upd.Unified
 	}
 	return n
+}
+
+// Which limits are in force depends on who can write them: systemd's unit
+// properties (cgroup v2 for swap, cpusets and unified) and, for a runtime that gives
+// the container a cgroup of its own (runc), the OCI spec at create and the
+// runtime's update later. crun runs without a cgroup manager, so only the
+// unit's properties reach its containers. ContainerStatus reports these,
+// not merely what was asked (docs/containers.md "Resources").
+
+// checkUnified refuses unified cgroup settings nobody would apply. On v2
+// systemd sets the keys it has a unit property for (the kubelet's
+// memory.swap.max among them); a runtime with its own cgroup writes any
+// key; crun's containers, which live in the unit's cgroup, get only the
+// former.
+func (m *Manager) checkUnified(rt oci.Runtime, unified map[string]string) error {
+	if len(unified) == 0 {
+		return nil
+	}
+	if !m.opts.Caps.CgroupV2 {
+		return fmt.Errorf("resources.unified needs cgroup v2; this node runs v1: %w", errdefs.ErrInvalid)
+	}
+	if rt.OwnCgroup() {
+		return nil
+	}
+	for k := range unified {
+		if !unitprops.UnifiedUnitKey(k) {
+			return fmt.Errorf("resources.unified %s: runtime handler %q gives containers no cgroup of their own and systemd has no property for it: %w", k, rt.Name(), errdefs.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// hugetlbInForce reports whether hugepage limits reach the container.
+func (m *Manager) hugetlbInForce(rt oci.Runtime) bool {
+	return rt.OwnCgroup() && !m.opts.NoHugetlb
+}
+
+// inForce is the part of r that is applied to a container run by rt.
+func (m *Manager) inForce(rt oci.Runtime, r *runtimeapi.LinuxContainerResources) *runtimeapi.LinuxContainerResources {
+	if r == nil {
+		return nil
+	}
+	out := mergeResources(r, &runtimeapi.LinuxContainerResources{})
+	caps := m.opts.Caps
+	if !caps.CgroupV2 || r.GetMemoryLimitInBytes() <= 0 {
+		out.MemorySwapLimitInBytes = 0 // MemorySwapMax is set with MemoryMax, on v2 only
+	}
+	if !rt.OwnCgroup() && !(caps.CgroupV2 && caps.SystemdVersion >= 244) {
+		out.CpusetCpus, out.CpusetMems = "", ""
+	}
+	if !m.hugetlbInForce(rt) {
+		out.HugepageLimits = nil
+	}
+	if !caps.CgroupV2 {
+		out.Unified = nil // refused at create and update; never recorded
+	}
+	return out
+}
+
+// sameHugepages compares two hugepage limit lists by page size.
+func sameHugepages(a, b []*runtimeapi.HugepageLimit) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	want := make(map[string]uint64, len(a))
+	for _, h := range a {
+		want[h.GetPageSize()] = h.GetLimit()
+	}
+	for _, h := range b {
+		if v, ok := want[h.GetPageSize()]; !ok || v != h.GetLimit() {
+			return false
+		}
+	}
+	return true
 }

@@ -2,10 +2,13 @@ package container
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/oci"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -150,5 +153,153 @@ func TestUpdateResourcesOrder(t *testing.T) {
 	}
 	if q := e.status(id).Resources.GetLinux().GetCpuQuota(); q != 50000 {
 		t.Errorf("recorded quota after a failed update = %d", q)
+	}
+}
+
+// What ContainerStatus reports is what some writer applies: the unit's
+// properties, or the runtime for a container with its own cgroup.
+func TestResourcesInForce(t *testing.T) {
+	asked := &runtimeapi.LinuxContainerResources{
+		CpuShares: 512, MemoryLimitInBytes: 64 << 20, MemorySwapLimitInBytes: 128 << 20,
+		CpusetCpus: "0", CpusetMems: "0",
+		HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 0}},
+		Unified:        map[string]string{"memory.high": "50000000"},
+	}
+	for _, tt := range []struct {
+		name                           string
+		v2, noHugetlb, crun            bool
+		swap, cpuset, hugetlb, unified bool
+	}{
+		{name: "v1 runc", cpuset: true, hugetlb: true},
+		{name: "v1 runc, hugetlb bound to cgroup2", noHugetlb: true, cpuset: true},
+		{name: "v1 crun", crun: true},
+		{name: "v2 runc", v2: true, swap: true, cpuset: true, hugetlb: true, unified: true},
+		{name: "v2 crun", v2: true, crun: true, swap: true, cpuset: true, unified: true},
+	} {
+		e := newEnv(t)
+		e.m.opts.Caps.CgroupV2, e.m.opts.NoHugetlb, e.rt.noCgroup = tt.v2, tt.noHugetlb, tt.crun
+		got := e.m.inForce(e.rt, asked)
+		if got.GetCpuShares() != 512 || got.GetMemoryLimitInBytes() != 64<<20 {
+			t.Errorf("%s: CPU and memory are always applied: %+v", tt.name, got)
+		}
+		if (got.GetMemorySwapLimitInBytes() != 0) != tt.swap || (got.GetCpusetCpus() != "") != tt.cpuset ||
+			(got.GetCpusetMems() != "") != tt.cpuset || (len(got.GetHugepageLimits()) != 0) != tt.hugetlb || (len(got.GetUnified()) != 0) != tt.unified {
+			t.Errorf("%s: in force %+v; want swap %v cpuset %v hugetlb %v unified %v", tt.name, got, tt.swap, tt.cpuset, tt.hugetlb, tt.unified)
+		}
+	}
+}
+
+// unified is refused where nobody would write it, at create and update,
+// and a refused update changes nothing.
+func TestUnifiedRefusedWhereNotApplied(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		v2, crun bool
+		uni      map[string]string
+	}{
+		{"cgroup v1", false, false, map[string]string{"memory.high": "50000000"}},
+		{"crun on v2, no unit property", true, true, map[string]string{"memory.swap.max": "0", "memory.oom.group": "1"}},
+	} {
+		uni := tt.uni
+		e := newEnv(t)
+		e.m.opts.Caps.CgroupV2, e.rt.noCgroup = tt.v2, tt.crun
+		cfg := containerConfig("app")
+		cfg.Linux.Resources.Unified = uni
+		if _, err := e.m.Create(ctx, "pod1", cfg, sandboxConfig("pod1")); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("%s: create with unified: %v, want invalid", tt.name, err)
+		}
+		id := e.create("pod1", "app")
+		if err := e.m.Start(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		calls := e.setPropertyCalls()
+		if err := e.m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 32 << 20, Unified: uni}); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("%s: update with unified: %v, want invalid", tt.name, err)
+		}
+		if len(e.rt.updates) != 0 || e.setPropertyCalls() != calls || e.status(id).GetResources().GetLinux().GetMemoryLimitInBytes() != 64<<20 {
+			t.Errorf("%s: a refused update changed something: runtime %v, systemd %v", tt.name, e.rt.updates, e.sd.Calls)
+		}
+	}
+}
+
+// A running runc container gets cpusets and unified through the runtime's
+// update (on v1 systemd has no cpuset to set), and a hugepage change, which
+// runc's update would drop, is refused.
+func TestUpdateRunningCpusetUnifiedHugepages(t *testing.T) {
+	e := newEnv(t)
+	e.m.opts.Caps.CgroupV2 = true
+	cfg := containerConfig("app")
+	cfg.Linux.Resources.HugepageLimits = []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 0}}
+	id, err := e.m.Create(ctx, "pod1", cfg, sandboxConfig("pod1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// The kubelet resends the same hugepage limits with every resize.
+	upd := &runtimeapi.LinuxContainerResources{CpusetCpus: "1", Unified: map[string]string{"memory.high": "50000000"},
+		HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 0}}}
+	if err := e.m.UpdateResources(ctx, id, upd); err != nil {
+		t.Fatal(err)
+	}
+	if len(e.rt.updates) != 1 || e.rt.updates[0].CPU == nil || e.rt.updates[0].CPU.Cpus != "1" || e.rt.updates[0].Unified["memory.high"] != "50000000" {
+		t.Fatalf("runtime updates %+v", e.rt.updates)
+	}
+	st := e.status(id).GetResources().GetLinux()
+	if st.GetCpusetCpus() != "1" || st.GetUnified()["memory.high"] != "50000000" {
+		t.Errorf("status after the update: %+v", st)
+	}
+	calls := e.setPropertyCalls()
+	err = e.m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 32 << 20,
+		HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 4 << 20}}})
+	if !errors.Is(err, errdefs.ErrPrecondition) {
+		t.Fatalf("hugepage change of a running container: %v", err)
+	}
+	if len(e.rt.updates) != 1 || e.setPropertyCalls() != calls || e.status(id).GetResources().GetLinux().GetMemoryLimitInBytes() != 64<<20 {
+		t.Errorf("the refused update changed something")
+	}
+}
+
+// crun's containers live in the unit's cgroup: the unified keys systemd
+// has a property for (the kubelet sends memory.swap.max on v2) reach them
+// through the unit.
+func TestUnifiedThroughTheUnitForCrun(t *testing.T) {
+	e := newEnv(t)
+	e.m.opts.Caps.CgroupV2, e.rt.noCgroup = true, true
+	cfg := containerConfig("app")
+	cfg.Linux.Resources.Unified = map[string]string{"memory.swap.max": "0"}
+	id, err := e.m.Create(ctx, "pod1", cfg, sandboxConfig("pod1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.m.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.sd.Units[unitName(id)].Props["MemorySwapMax"]; got != uint64(0) {
+		t.Errorf("MemorySwapMax = %v", got)
+	}
+	if err := e.m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{Unified: map[string]string{"memory.high": "max"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.sd.Units[unitName(id)].Props["MemoryHigh"]; got != uint64(math.MaxUint64) {
+		t.Errorf("MemoryHigh = %v", got)
+	}
+	if u := e.status(id).GetResources().GetLinux().GetUnified(); u["memory.high"] != "max" {
+		t.Errorf("status unified %v", u)
+	}
+}
+
+// The unit's start job is bounded by podunit's start_timeout, not by the
+// manager's DefaultTimeoutStartSec (30 s in the test harness, 90 s on
+// Debian), which killed slow starts podunit still waited for.
+func TestUnitStartTimeoutIsPodunits(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("pod1", "app")
+	if err := e.m.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := e.sd.Units[unitName(id)].Props["TimeoutStartUSec"], uint64(e.m.opts.StartTimeout/time.Microsecond); got != want || want == 0 {
+		t.Errorf("TimeoutStartUSec = %v, want %d", got, want)
 	}
 }

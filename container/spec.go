@@ -19,6 +19,8 @@ type specRequest struct {
 	img         *imagestore.ImageInfo
 	rootfs      string
 	cgroupsPath string
+	// features are the container's runtime handler's.
+	features oci.Features
 }
 
 // buildSpec does the host lookups spec generation needs (users in the
@@ -33,6 +35,10 @@ func (m *Manager) buildSpec(ctx context.Context, r specRequest) (*specs.Spec, *o
 	devs, err := oci.ResolveDevices(r.cfg.GetDevices())
 	if err != nil {
 		return nil, nil, fmt.Errorf("create container %q: devices: %w", r.cfg.GetMetadata().GetName(), err)
+	}
+	cdi, err := m.cdiInjector(r)
+	if err != nil {
+		return nil, nil, fmt.Errorf("create container %q: %w", r.cfg.GetMetadata().GetName(), err)
 	}
 	seccomp, err := oci.LoadSeccompLocalhost(sc)
 	if err != nil {
@@ -63,14 +69,41 @@ func (m *Manager) buildSpec(ctx context.Context, r specRequest) (*specs.Spec, *o
 		ShmPath:          r.pod.ShmPath,
 		ResolvedUser:     user,
 		Devices:          devs,
+		CDI:              cdi,
 		SeccompLocalhost: seccomp,
+		SeccompDefault:   m.opts.SeccompDefault,
 		AppArmor:         aa,
-		Host:             m.opts.Host,
+		Rlimits:          m.opts.Rlimits,
+
+		DefaultCapabilities: m.opts.DefaultCapabilities,
+		Runtime:             r.features,
+		Host:                m.opts.Host,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("create container %q: spec: %w", r.cfg.GetMetadata().GetName(), err)
 	}
 	return spec, user, nil
+}
+
+// cdiInjector re-reads the CDI spec directories when the container
+// requests CDI devices, so a spec file a device plugin wrote since the last
+// create is seen. Spec files that fail to load are only logged: other
+// vendors' devices still resolve, and a requested device of a broken file
+// fails generation as unknown, naming the file. nil when CDI is disabled.
+func (m *Manager) cdiInjector(r specRequest) (oci.CDIInjector, error) {
+	if m.opts.CDI == nil {
+		return nil, nil // a nil *CDIRegistry must not become a non-nil interface
+	}
+	names, err := oci.CDIDeviceNames(r.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(names) > 0 {
+		if err := m.opts.CDI.Refresh(); err != nil {
+			m.opts.Logger.Warn("CDI spec files with errors: their devices are unknown", "container", r.id, "err", err)
+		}
+	}
+	return m.opts.CDI, nil
 }
 
 // stopSignal picks the signal systemd sends on stop: the CRI config's

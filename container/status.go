@@ -102,6 +102,9 @@ func (m *Manager) Status(ctx context.Context, id string, verbose bool) (*runtime
 		return nil, nil, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
 	}
 	st := r.criStatus()
+	if rt, err := m.runtime(r.Handler); err == nil && r.Resources != nil {
+		st.Resources = &runtimeapi.ContainerResources{Linux: m.inForce(rt, r.Resources)}
+	}
 	if !verbose {
 		return st, nil, nil
 	}

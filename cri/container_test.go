@@ -59,6 +59,9 @@ func (ctrTestRuntime) TerminalExec(id string, p specs.Process) (*oci.TerminalExe
 	return nil, errdefs.ErrUnimplemented
 }
 func (ctrTestRuntime) OwnCgroup() bool { return true }
+func (ctrTestRuntime) Features(ctx context.Context) (oci.Features, error) {
+	return oci.Features{Source: "test"}, nil
+}
 
 func (ctrTestRuntime) Update(ctx context.Context, id string, r *specs.LinuxResources) error {
 	return nil
@@ -94,7 +97,9 @@ func newManagers(t testing.TB, hub *events.Hub) (*sandbox.Manager, *container.Ma
 		StateDir: filepath.Join(dir, "cstate"), RunDir: filepath.Join(dir, "crun"), Self: "/podunit",
 		Caps: unitprops.Caps{SystemdVersion: 252}, CgroupRoot: "/sys/fs/cgroup",
 	}
-	opts.SetRuntime(config.Default().Runtime)
+	if err := opts.SetRuntime(config.Default().Runtime); err != nil {
+		t.Fatal(err)
+	}
 	ctrs, err := container.New(opts, deps)
 	if err != nil {
 		t.Fatal(err)

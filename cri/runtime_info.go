@@ -6,10 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/podunit/podunit/oci"
 )
 
 func (s *Server) Version(ctx context.Context, req *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
@@ -48,25 +49,48 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 }
 
 func (s *Server) runtimeHandlers() []*runtimeapi.RuntimeHandler {
-	handlers := s.cfg().Runtime.Handlers
-	names := make([]string, 0, len(handlers))
-	for n := range handlers {
+	// Names and features come from one read, so a reload never shows a
+	// handler with another's (or no longer probed) features.
+	var def string
+	var features map[string]oci.Features
+	if s.handlers != nil {
+		def, features = s.handlers()
+	} else {
+		cfg := s.cfg()
+		def, features = cfg.Runtime.DefaultHandler, make(map[string]oci.Features, len(cfg.Runtime.Handlers))
+		for n := range cfg.Runtime.Handlers {
+			features[n] = oci.Features{}
+		}
+	}
+	names := make([]string, 0, len(features))
+	for n := range features {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	// The default handler is also reachable under the empty name, which is
 	// what the kubelet sends when a pod has no RuntimeClass.
-	out := []*runtimeapi.RuntimeHandler{{Name: "", Features: handlerFeatures()}}
+	out := []*runtimeapi.RuntimeHandler{{Name: "", Features: handlerFeatures(features[def])}}
 	for _, n := range names {
-		out = append(out, &runtimeapi.RuntimeHandler{Name: n, Features: handlerFeatures()})
+		out = append(out, &runtimeapi.RuntimeHandler{Name: n, Features: handlerFeatures(features[n])})
 	}
 	return out
 }
 
-// handlerFeatures: recursive read-only mounts need mount_setattr (Linux
-// 5.12+), which runc and crun both use; user namespaces are not offered.
-func handlerFeatures() *runtimeapi.RuntimeHandlerFeatures {
-	return &runtimeapi.RuntimeHandlerFeatures{RecursiveReadOnlyMounts: kernelAtLeast(5, 12)}
+// podUserNamespaces is whether podunit itself runs pods in their own user
+// namespace (RunPodSandbox's userns_options, idmapped rootfs and volumes).
+// Until it does, no handler is advertised with user namespaces, whatever
+// the handler could do: the kubelet would send hostUsers: false pods that
+// then run in the host's user namespace.
+const podUserNamespaces = false
+
+// handlerFeatures is what the kubelet may rely on for one handler: what
+// the handler and the kernel support (oci.Features, probed at start) and,
+// for user namespaces, what podunit supports as well.
+func handlerFeatures(f oci.Features) *runtimeapi.RuntimeHandlerFeatures {
+	return &runtimeapi.RuntimeHandlerFeatures{
+		RecursiveReadOnlyMounts: f.RecursiveReadOnly,
+		UserNamespaces:          f.UserNamespaces && podUserNamespaces,
+	}
 }
 
 func (s *Server) RuntimeConfig(ctx context.Context, req *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {
@@ -96,16 +120,4 @@ func cniConfigured(dir string) error {
 		}
 	}
 	return fmt.Errorf("no CNI configuration file (*.conf, *.conflist, *.json) in %s", dir)
-}
-
-func kernelAtLeast(major, minor int) bool {
-	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
-	if err != nil {
-		return false
-	}
-	var ma, mi int
-	if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), "%d.%d", &ma, &mi); err != nil {
-		return false
-	}
-	return ma > major || ma == major && mi >= minor
 }

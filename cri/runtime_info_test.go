@@ -9,6 +9,7 @@ import (
 
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/systemd/systemdtest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -83,6 +84,48 @@ func TestToStatus(t *testing.T) {
 	} {
 		if got := status.Code(ToStatus(err)); got != want {
 			t.Errorf("ToStatus(%v) = %v, want %v", err, got, want)
+		}
+	}
+}
+
+// Status advertises each handler's own probed features; the empty name is
+// the default handler's. User namespaces stay off until podunit runs pods
+// in them, even where the handler could.
+func TestStatusHandlerFeaturesPerHandler(t *testing.T) {
+	cfg := config.Default()
+	cfg.CNI.ConfDir = t.TempDir()
+	features := map[string]oci.Features{
+		"runc": {Source: "runc features", RecursiveReadOnly: true, UserNamespaces: true},
+		"crun": {Source: "crun --version", Version: "1.3"},
+	}
+	s := New(Deps{Config: func() *config.Config { return &cfg }, Systemd: systemdtest.New(), Handlers: func() (string, map[string]oci.Features) {
+		return cfg.Runtime.DefaultHandler, features
+	}})
+	st, err := s.Status(context.Background(), &runtimeapi.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*runtimeapi.RuntimeHandlerFeatures{}
+	for _, h := range st.RuntimeHandlers {
+		got[h.Name] = h.Features
+	}
+	if len(got) != 3 || !got[""].RecursiveReadOnlyMounts || !got["runc"].RecursiveReadOnlyMounts || got["crun"].RecursiveReadOnlyMounts {
+		t.Errorf("handlers = %v", st.RuntimeHandlers)
+	}
+	for name, f := range got {
+		if f.UserNamespaces {
+			t.Errorf("%q advertises user namespaces", name)
+		}
+	}
+	// A handler whose probe failed advertises nothing.
+	cfg.Runtime.DefaultHandler = "crun"
+	s = New(Deps{Config: func() *config.Config { return &cfg }, Systemd: systemdtest.New(), Handlers: func() (string, map[string]oci.Features) {
+		return "crun", map[string]oci.Features{"runc": {}, "crun": {}}
+	}})
+	st, _ = s.Status(context.Background(), &runtimeapi.StatusRequest{})
+	for _, h := range st.RuntimeHandlers {
+		if h.Features.RecursiveReadOnlyMounts || h.Features.UserNamespaces {
+			t.Errorf("unprobed %q: %v", h.Name, h.Features)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/container"
 	"github.com/podunit/podunit/imagestore"
+	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/podlife"
 	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/streaming"
@@ -35,8 +36,13 @@ type Deps struct {
 	Logs       LogReopener
 	Stream     *streaming.Server
 	Stats      StatsDeps
-	Version    string
-	Logger     *slog.Logger
+	// Handlers are the default handler and each handler in force with its
+	// features (container.Manager.HandlerFeatures: probed at start and at
+	// a reload that changes the handlers), advertised in Status. Nil
+	// advertises the configured handlers with no features.
+	Handlers func() (defaultHandler string, features map[string]oci.Features)
+	Version  string
+	Logger   *slog.Logger
 	// Network reports whether pod networking is configured; nil means
 	// the CNI configuration directory is inspected.
 	Network func(ctx context.Context) error
@@ -56,18 +62,19 @@ type Server struct {
 	ctrs   *container.Manager
 	// life stops and removes pods and creates containers: what spans
 	// both managers goes through it, never through pods or ctrs alone.
-	life    *podlife.Pods
-	logs    LogReopener
-	stream  *streaming.Server
-	stats   StatsDeps
-	version string
-	log     *slog.Logger
-	network func(ctx context.Context) error
+	life     *podlife.Pods
+	logs     LogReopener
+	stream   *streaming.Server
+	stats    StatsDeps
+	version  string
+	handlers func() (string, map[string]oci.Features)
+	log      *slog.Logger
+	network  func(ctx context.Context) error
 }
 
 // New builds the server from its dependencies.
 func New(d Deps) *Server {
-	s := &Server{cfg: d.Config, sd: d.Systemd, images: d.Images, pods: d.Pods, ctrs: d.Containers, logs: d.Logs, stream: d.Stream, stats: d.Stats, version: d.Version, log: d.Logger, network: d.Network}
+	s := &Server{cfg: d.Config, sd: d.Systemd, images: d.Images, pods: d.Pods, ctrs: d.Containers, logs: d.Logs, stream: d.Stream, stats: d.Stats, version: d.Version, handlers: d.Handlers, log: d.Logger, network: d.Network}
 	s.life = podlife.New(s.pods, s.ctrs)
 	if s.log == nil {
 		s.log = slog.Default()

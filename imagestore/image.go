@@ -244,7 +244,7 @@ func (s *Store) info(ctx context.Context, img *storage.Image) (*ImageInfo, *imag
 	// A pinned name may be a tag or a digest, so compare what is reported.
 	pinned := s.cur().pinned
 	for _, name := range slices.Concat(tags, digests) {
-		if pinned[name] {
+		if pinned.match(name) {
 			info.Pinned = true
 		}
 	}

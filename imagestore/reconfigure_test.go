@@ -70,7 +70,7 @@ func TestReconfigureRereadsRegistriesConf(t *testing.T) {
 	if got := locationOf(t, s, ref); got != "127.0.0.1:5000" {
 		t.Fatalf("after reload %s maps to %q, want 127.0.0.1:5000", ref, got)
 	}
-	if !s.cur().pinned["registry.k8s.io/pause:3.10"] {
+	if !s.cur().pinned.match("registry.k8s.io/pause:3.10") {
 		t.Fatalf("pinned after reload: %v", s.cur().pinned)
 	}
 
@@ -83,7 +83,7 @@ func TestReconfigureRereadsRegistriesConf(t *testing.T) {
 	if got := locationOf(t, s, ref); got != "127.0.0.1:5000" {
 		t.Fatalf("after a refused reload %s maps to %q", ref, got)
 	}
-	if !s.cur().pinned["registry.k8s.io/pause:3.10"] {
+	if !s.cur().pinned.match("registry.k8s.io/pause:3.10") {
 		t.Fatalf("a refused reload changed the pinned images: %v", s.cur().pinned)
 	}
 }
@@ -126,5 +126,46 @@ func TestReconfigureRefusesWhatWouldNotWork(t *testing.T) {
 	}
 	if got := s.cur().PullProgressTimeout; got != time.Second {
 		t.Errorf("pull progress timeout after reload = %s", got)
+	}
+}
+
+// A reload's pinned_images globs replace the old ones: what they match is
+// pinned from then on, what only the old ones matched no longer is; the
+// pause image stays pinned throughout.
+func TestReconfigurePinnedGlobs(t *testing.T) {
+	dir := t.TempDir()
+	reg, policy := filepath.Join(dir, "registries.conf"), filepath.Join(dir, "policy.json")
+	writeFile(t, reg, "")
+	writeFile(t, policy, acceptPolicy)
+	const pause = "registry.k8s.io/pause:3.10"
+	start := Live{RegistriesConf: reg, PolicyPath: policy, PullProgressTimeout: time.Minute, PinnedImages: []string{pause, "docker.io/library/busybox:*"}}
+	l, err := newLive(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Store{opts: Options{Root: dir, RunRoot: dir}, log: slog.New(slog.DiscardHandler)}
+	s.live.Store(l)
+	pinned := func(name string) bool { return s.cur().pinned.match(name) }
+	if !pinned(pause) || !pinned("docker.io/library/busybox:1.37.0") || pinned("quay.io/podunit/app:1") {
+		t.Fatalf("at start: %+v", s.cur().pinned)
+	}
+
+	next := start
+	next.PinnedImages = []string{pause, "quay.io/podunit/*"}
+	if err := s.Reconfigure(context.Background(), next); err != nil {
+		t.Fatal(err)
+	}
+	if !pinned(pause) || pinned("docker.io/library/busybox:1.37.0") || !pinned("quay.io/podunit/app:1") {
+		t.Errorf("after the reload: %+v", s.cur().pinned)
+	}
+
+	// A malformed glob is refused and the globs in force stay.
+	bad := start
+	bad.PinnedImages = []string{pause, "quay.io/[podunit"}
+	if err := s.Reconfigure(context.Background(), bad); err == nil {
+		t.Fatal("a malformed glob was accepted")
+	}
+	if !pinned("quay.io/podunit/app:1") || pinned("docker.io/library/busybox:1.37.0") {
+		t.Errorf("after a refused reload: %+v", s.cur().pinned)
 	}
 }

@@ -54,8 +54,8 @@ type Options struct {
 	PullProgressTimeout time.Duration
 	// MaxParallelPulls bounds how many distinct images download at once.
 	MaxParallelPulls int
-	// PinnedImages are references (typically the pause image) reported as
-	// pinned so the kubelet's image GC keeps them.
+	// PinnedImages are references (typically the pause image) or globs
+	// (pinSet) reported as pinned so the kubelet's image GC keeps them.
 	PinnedImages []string
 	// Logger receives the store's own events; nil uses slog.Default().
 	Logger *slog.Logger
@@ -177,32 +177,29 @@ func (o Options) Live() Live {
 	}
 }
 
-// live is a checked Live with the pinned references normalised.
+// live is a checked Live with the pinned references and globs parsed.
 type live struct {
 	Live
-	pinned map[string]bool
+	pinned pinSet
 }
 
 func newLive(l Live) (*live, error) {
 	if l.RegistriesConf == "" || l.PolicyPath == "" || l.PullProgressTimeout <= 0 {
 		return nil, fmt.Errorf("image store: registries conf, policy path and pull progress timeout are required: %w", errdefs.ErrInvalid)
 	}
-	out := &live{Live: l, pinned: make(map[string]bool, len(l.PinnedImages))}
-	out.PinnedImages = slices.Clone(l.PinnedImages)
-	for _, p := range l.PinnedImages {
-		named, err := NormalizeReference(p)
-		if err != nil {
-			return nil, fmt.Errorf("pinned image %q: %w", p, err)
-		}
-		out.pinned[named.String()] = true
+	pinned, err := newPinSet(l.PinnedImages)
+	if err != nil {
+		return nil, err
 	}
+	out := &live{Live: l, pinned: pinned}
+	out.PinnedImages = slices.Clone(l.PinnedImages)
 	return out, nil
 }
 
 func (s *Store) cur() *live { return s.live.Load() }
 
 // Reconfigure switches the store to l once it has checked it: the pinned
-// references parse, the signature policy parses and registries.conf (with
+// references and globs parse, the signature policy parses and registries.conf (with
 // its .d directory) parses. Otherwise it returns why and keeps everything
 // as it was, including containers/image's cached registries configuration,
 // which it otherwise re-reads: that cache is never refreshed by itself.

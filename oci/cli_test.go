@@ -36,6 +36,8 @@ func TestArgvGolden(t *testing.T) {
 			{"exec-tty", c.terminalExecArgv("ctr1", "/x/process.json", "/x/console.sock", "/x/pid")},
 			{"delete", c.DeleteArgv("ctr1")},
 			{"update", c.updateArgv("ctr1")},
+			{"features", c.featuresArgv()},
+			{"version", c.versionArgv()},
 		} {
 			line := strings.Join(l.argv, " ")
 			if l.argv == nil {

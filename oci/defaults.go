@@ -2,25 +2,6 @@ package oci
 
 // Tables of defaults, kept apart from the logic that applies them.
 
-// DefaultCapabilities is the set an unprivileged container gets, the same as
-// containerd's CRI plugin and Docker.
-var DefaultCapabilities = []string{
-	"CAP_CHOWN",
-	"CAP_DAC_OVERRIDE",
-	"CAP_FSETID",
-	"CAP_FOWNER",
-	"CAP_MKNOD",
-	"CAP_NET_RAW",
-	"CAP_SETGID",
-	"CAP_SETUID",
-	"CAP_SETFCAP",
-	"CAP_SETPCAP",
-	"CAP_NET_BIND_SERVICE",
-	"CAP_SYS_CHROOT",
-	"CAP_KILL",
-	"CAP_AUDIT_WRITE",
-}
-
 // KnownCapabilities is every capability Linux defines, in bit order; "ALL"
 // expands to the subset the host can grant (Host.Capabilities).
 var KnownCapabilities = []string{

@@ -162,6 +162,10 @@ func (r *rig) start(id string, cfg *runtimeapi.ContainerConfig, mutate func(*Spe
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	features, err := r.rt.Features(context.Background())
+	if err != nil {
+		r.t.Fatal(err)
+	}
 	in := SpecInput{
 		ContainerID:   id,
 		Config:        cfg,
@@ -171,6 +175,9 @@ func (r *rig) start(id string, cfg *runtimeapi.ContainerConfig, mutate func(*Spe
 		PodFiles:      files,
 		ResolvedUser:  user,
 		Host:          Host{Capabilities: caps, OOMScoreAdjMin: &adj},
+
+		DefaultCapabilities: testDefaultCaps,
+		Runtime:             features,
 	}
 	if mutate != nil {
 		mutate(&in)

@@ -43,6 +43,10 @@ type Runtime interface {
 	// cgroup below the unit and writes the spec's limits into it (runc);
 	// crun under --cgroup-manager=disabled leaves it in the unit's.
 	OwnCgroup() bool
+	// Features asks the runtime what it supports on this host (bounded by
+	// FeaturesTimeout). It runs a command: callers probe once at start
+	// and keep the answer.
+	Features(ctx context.Context) (Features, error)
 }
 
 // ExecProcess is a process to run in a container without a terminal

@@ -41,6 +41,10 @@ type SpecInput struct {
 	ResolvedUser *User
 	// Devices are Config.Devices resolved on the host by ResolveDevices.
 	Devices []Device
+	// CDI injects the CDI devices the config requests (CDIDeviceNames),
+	// a CDIRegistry refreshed before; nil when CDI is disabled, and then
+	// such a request is ErrInvalid.
+	CDI CDIInjector
 	// SeccompLocalhost is the content of the Localhost seccomp profile the
 	// config names (LoadSeccompLocalhost).
 	SeccompLocalhost []byte
@@ -52,6 +56,13 @@ type SpecInput struct {
 	AppArmor AppArmorState
 	// Rlimits are the operator's process limits; none means inherit.
 	Rlimits []specs.POSIXRlimit
+	// DefaultCapabilities are what an unprivileged container gets before
+	// the request's adds and drops (runtime.default_capabilities).
+	DefaultCapabilities []string
+	// Runtime is what the container's handler supports (Runtime.Features,
+	// probed at start): a mount it cannot make is refused here, with the
+	// request's fault, rather than by the runtime at start.
+	Runtime Features
 	Host    Host
 }
 
@@ -192,9 +203,10 @@ func specOpts(in *SpecInput) []SpecOpt {
 		withUserNamespace(nsOpts.GetUsernsOptions(), in.Namespaces.UserPath),
 		withDefaultMounts(in.ShmPath),
 		withPodFiles(in.PodFiles, sc.GetReadonlyRootfs()),
-		withCRIMounts(in.Config.GetMounts()),
+		withCRIMounts(in.Config.GetMounts(), in.Runtime),
 		withDevices(in.Devices),
-		withCapabilities(sc.GetCapabilities(), in.Host.Capabilities),
+		withCDIDevices(in.Config, in.CDI),
+		withCapabilities(sc.GetCapabilities(), in.DefaultCapabilities, in.Host.Capabilities),
 		withMaskedPaths(sc.GetMaskedPaths(), sc.GetReadonlyPaths(), unmaskedProc(sc, nsOpts)),
 		withPrivileged(privileged, in.SandboxConfig.GetLinux().GetSecurityContext().GetPrivileged(), in.Host),
 		withNoNewPrivs(sc.GetNoNewPrivs()),

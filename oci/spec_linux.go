@@ -4,6 +4,7 @@ import (
 	"maps"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -184,7 +185,8 @@ const (
 // cpu.max on cgroup v2 itself). Zero means "not set" in CRI and sets
 // nothing; nil when nothing is set. Swap stays with the unit (MemorySwapMax
 // on v2; v1 hosts usually have no swap accounting, where runc would fail on
-// memory.memsw.*), cpusets with the unit and the kubelet's CPU manager.
+// memory.memsw.*). Cpusets go to the container's cgroup too: on cgroup v1
+// systemd has no cpuset property, so the runtime's write is the only pin.
 func LinuxResources(r *runtimeapi.LinuxContainerResources) (*specs.LinuxResources, error) {
 	if r.GetMemoryLimitInBytes() < 0 || r.GetCpuShares() < 0 || r.GetCpuPeriod() < 0 {
 		return nil, invalid("resources", "negative memory limit, cpu shares or cpu period")
@@ -207,7 +209,13 @@ func LinuxResources(r *runtimeapi.LinuxContainerResources) (*specs.LinuxResource
 		v := uint64(p)
 		cpu.Period = &v
 	}
-	if cpu.Shares != nil || cpu.Quota != nil || cpu.Period != nil {
+	for _, cs := range []struct{ field, v string }{{"cpuset_cpus", r.GetCpusetCpus()}, {"cpuset_mems", r.GetCpusetMems()}} {
+		if cs.v != "" && !validCPUList(cs.v) {
+			return nil, invalid("resources."+cs.field, "%q is not a list like 0-3,7", cs.v)
+		}
+	}
+	cpu.Cpus, cpu.Mems = r.GetCpusetCpus(), r.GetCpusetMems()
+	if cpu.Shares != nil || cpu.Quota != nil || cpu.Period != nil || cpu.Cpus != "" || cpu.Mems != "" {
 		lr.CPU = &cpu
 		set = true
 	}
@@ -231,6 +239,25 @@ func LinuxResources(r *runtimeapi.LinuxContainerResources) (*specs.LinuxResource
 		return nil, nil
 	}
 	return &lr, nil
+}
+
+// validCPUList reports whether s is a kernel cpu/node list ("0-3,7"):
+// the runtime writes it to cpuset files as is.
+func validCPUList(s string) bool {
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.ParseUint(lo, 10, 16)
+		if err != nil {
+			return false
+		}
+		if isRange {
+			b, err := strconv.ParseUint(hi, 10, 16)
+			if err != nil || b < a {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // SetLimits replaces the spec's memory, CPU, hugetlb and unified limits

@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -150,7 +151,7 @@ func TestSysctls(t *testing.T) {
 
 func TestResources(t *testing.T) {
 	r := &runtimeapi.LinuxContainerResources{
-		CpuShares: 512, MemoryLimitInBytes: 1 << 30, CpuQuota: 50000, CpuPeriod: 100000, CpusetCpus: "0",
+		CpuShares: 512, MemoryLimitInBytes: 1 << 30, CpuQuota: 50000, CpuPeriod: 100000, CpusetCpus: "0", CpusetMems: "0",
 		MemorySwapLimitInBytes: 2 << 30,
 		HugepageLimits:         []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 1 << 21}},
 		Unified:                map[string]string{"memory.high": "1G"},
@@ -164,7 +165,7 @@ func TestResources(t *testing.T) {
 	if got.Memory == nil || *got.Memory.Limit != 1<<30 || got.Memory.Swap != nil {
 		t.Errorf("memory = %+v", got.Memory)
 	}
-	if c := got.CPU; c == nil || *c.Shares != 512 || *c.Quota != 50000 || *c.Period != 100000 || c.Cpus != "" {
+	if c := got.CPU; c == nil || *c.Shares != 512 || *c.Quota != 50000 || *c.Period != 100000 || c.Cpus != "0" || c.Mems != "0" {
 		t.Errorf("cpu = %+v", got.CPU)
 	}
 	if got.Pids != nil {
@@ -172,6 +173,15 @@ func TestResources(t *testing.T) {
 	}
 	if len(got.HugepageLimits) != 1 || got.HugepageLimits[0].Pagesize != "2MB" || got.Unified["memory.high"] != "1G" {
 		t.Errorf("resources = %+v", got)
+	}
+	// A cpuset alone still pins: on cgroup v1 systemd cannot.
+	if lr, err := LinuxResources(&runtimeapi.LinuxContainerResources{CpusetCpus: "0-1,3"}); err != nil || lr == nil || lr.CPU.Cpus != "0-1,3" {
+		t.Errorf("cpuset alone: %+v %v", lr, err)
+	}
+	for _, bad := range []string{"0-", "a", "3-1", "0,,1", "../x", "0\n1", "-1", "70000"} {
+		if _, err := LinuxResources(&runtimeapi.LinuxContainerResources{CpusetMems: bad}); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("cpuset_mems %q: %v, want invalid", bad, err)
+		}
 	}
 	if s, _ := apply(t, withResources(&runtimeapi.LinuxContainerResources{OomScoreAdj: 5})); s.Linux != nil {
 		t.Errorf("no limits created linux.resources: %+v", s.Linux)

@@ -99,8 +99,10 @@ func MountOptions(m *runtimeapi.Mount) (opts []string, rootfsPropagation string,
 }
 
 // withCRIMounts adds the config's mounts, parents before children, replacing
-// any default or pod-file mount at the same destination.
-func withCRIMounts(mounts []*runtimeapi.Mount) SpecOpt {
+// any default or pod-file mount at the same destination. A recursive
+// read-only mount the handler cannot make is the request's fault: the
+// kubelet only asks for one where RuntimeHandlerFeatures says it works.
+func withCRIMounts(mounts []*runtimeapi.Mount, rt Features) SpecOpt {
 	return func(s *specs.Spec) error {
 		var out []specs.Mount
 		prop := ""
@@ -118,6 +120,10 @@ func withCRIMounts(mounts []*runtimeapi.Mount) SpecOpt {
 			opts, p, err := MountOptions(m)
 			if err != nil {
 				return err
+			}
+			if m.GetRecursiveReadOnly() && !rt.RecursiveReadOnly {
+				return invalid("mounts", "%s: recursive read-only mounts are not supported by this runtime handler (%s %s: no \"rro\" mount option, or the kernel lacks mount_setattr)",
+					dst, rt.Source, rt.Version)
 			}
 			prop = strongerPropagation(prop, p)
 			om := specs.Mount{Destination: path.Clean(dst), Type: "bind", Source: src, Options: opts}

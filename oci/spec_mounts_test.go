@@ -1,7 +1,9 @@
 package oci
 
 import (
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -64,6 +66,9 @@ func TestPodFiles(t *testing.T) {
 	}
 }
 
+// rroRuntime is a handler that can make recursive read-only mounts.
+var rroRuntime = Features{Source: "runc features", RecursiveReadOnly: true}
+
 func TestCRIMounts(t *testing.T) {
 	priv, h2c, bidi := runtimeapi.MountPropagation_PROPAGATION_PRIVATE, runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER, runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL
 	tests := []struct {
@@ -96,7 +101,7 @@ func TestCRIMounts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := apply(t, withCRIMounts(tt.mounts))
+			s, err := apply(t, withCRIMounts(tt.mounts, rroRuntime))
 			if wantErr(t, err, tt.err) {
 				return
 			}
@@ -117,6 +122,31 @@ func TestCRIMounts(t *testing.T) {
 	}
 }
 
+// A handler without rro gets an InvalidArgument naming the mount, not a
+// container that fails to start; plain read-only mounts still work.
+func TestCRIMountsRecursiveReadOnlyUnsupported(t *testing.T) {
+	noRRO := Features{Source: "crun --version", Version: "1.3"}
+	rro := &runtimeapi.Mount{ContainerPath: "/mnt", HostPath: "/h", Readonly: true, RecursiveReadOnly: true}
+	_, err := apply(t, withCRIMounts([]*runtimeapi.Mount{rro}, noRRO))
+	if !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "/mnt") || !strings.Contains(err.Error(), "crun --version 1.3") {
+		t.Errorf("rro on a handler without it: %v", err)
+	}
+	s, err := apply(t, withCRIMounts([]*runtimeapi.Mount{{ContainerPath: "/mnt", HostPath: "/h", Readonly: true}}, noRRO))
+	if err != nil || !slices.Equal(findMount(s, "/mnt").Options, []string{"rbind", "rprivate", "ro"}) {
+		t.Errorf("plain ro: %v %+v", err, s)
+	}
+	in := baseInput()
+	in.Config.Mounts = []*runtimeapi.Mount{rro}
+	in.Runtime = noRRO
+	if _, err := GenerateSpec(in); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("GenerateSpec: %v", err)
+	}
+	in.Runtime = rroRuntime
+	if _, err := GenerateSpec(in); err != nil {
+		t.Errorf("GenerateSpec with rro support: %v", err)
+	}
+}
+
 func TestCRIMountsOverrideAndOrder(t *testing.T) {
 	s := &specs.Spec{}
 	if err := withDefaultMounts("/pod/shm")(s); err != nil {
@@ -131,7 +161,7 @@ func TestCRIMountsOverrideAndOrder(t *testing.T) {
 		{ContainerPath: "/a", HostPath: "/h1"},
 		{ContainerPath: "/dev/shm/", HostPath: "/myshm"},
 	}
-	if err := withCRIMounts(mounts)(s); err != nil {
+	if err := withCRIMounts(mounts, rroRuntime)(s); err != nil {
 		t.Fatal(err)
 	}
 	var hosts, shm, order []string

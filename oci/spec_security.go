@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"fmt"
 	"path"
 	"slices"
 	"strings"
@@ -32,10 +33,21 @@ func hostCaps(host []string) []string {
 }
 
 // Capabilities computes the container's capability set from the CRI request
-// (containerd's order): ALL first, so individual adds and drops still apply
-// on top; drops win over adds of the same capability.
-func Capabilities(c *runtimeapi.Capability, host []string) ([]string, error) {
-	caps := slices.Clone(DefaultCapabilities)
+// (containerd's order) on top of defaults (the operator's
+// runtime.default_capabilities, "CHOWN" or "CAP_CHOWN"): ALL first, so
+// individual adds and drops still apply on top; drops win over adds of the
+// same capability.
+func Capabilities(c *runtimeapi.Capability, defaults, host []string) ([]string, error) {
+	caps := make([]string, 0, len(defaults))
+	for _, d := range defaults {
+		n, err := normalizeCap(d)
+		if err != nil {
+			return nil, fmt.Errorf("default capabilities: %w", err)
+		}
+		if !slices.Contains(caps, n) {
+			caps = append(caps, n)
+		}
+	}
 	if slices.ContainsFunc(c.GetAddCapabilities(), isAll) {
 		caps = slices.Clone(hostCaps(host))
 	}
@@ -69,9 +81,9 @@ func Capabilities(c *runtimeapi.Capability, host []string) ([]string, error) {
 
 func isAll(c string) bool { return strings.EqualFold(c, "ALL") }
 
-func withCapabilities(c *runtimeapi.Capability, host []string) SpecOpt {
+func withCapabilities(c *runtimeapi.Capability, defaults, host []string) SpecOpt {
 	return func(s *specs.Spec) error {
-		caps, err := Capabilities(c, host)
+		caps, err := Capabilities(c, defaults, host)
 		if err != nil {
 			return err
 		}
@@ -214,6 +226,16 @@ func legacyProfile(v, alias string) *runtimeapi.SecurityProfile {
 	// Unknown legacy values are passed on as a Localhost reference so the
 	// option can reject them with the value in the message.
 	return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: v}
+}
+
+// CheckSeccompProfile parses an operator's RuntimeDefault profile
+// (runtime.seccomp_profile) as withSeccomp will, so a broken file is
+// reported once at start rather than by every container that uses it.
+func CheckSeccompProfile(b []byte) error {
+	if _, err := seccomp.Load(b, seccomp.Filter{}); err != nil {
+		return fmt.Errorf("seccomp profile: %w: %w", errdefs.ErrInvalid, err)
+	}
+	return nil
 }
 
 type seccompSources struct {

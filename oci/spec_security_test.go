@@ -24,9 +24,9 @@ func TestCapabilities(t *testing.T) {
 		ambient   []string
 		err       error
 	}{
-		{name: "default", has: DefaultCapabilities, not: []string{"CAP_NET_ADMIN", "CAP_SYS_ADMIN"}, wantCount: len(DefaultCapabilities)},
-		{name: "add short and lower case", c: &runtimeapi.Capability{AddCapabilities: []string{"net_admin"}}, has: []string{"CAP_NET_ADMIN", "CAP_CHOWN"}, wantCount: len(DefaultCapabilities) + 1},
-		{name: "drop", c: &runtimeapi.Capability{DropCapabilities: []string{"NET_RAW"}}, not: []string{"CAP_NET_RAW"}, wantCount: len(DefaultCapabilities) - 1},
+		{name: "default", has: testDefaultCapsNormal, not: []string{"CAP_NET_ADMIN", "CAP_SYS_ADMIN"}, wantCount: len(testDefaultCaps)},
+		{name: "add short and lower case", c: &runtimeapi.Capability{AddCapabilities: []string{"net_admin"}}, has: []string{"CAP_NET_ADMIN", "CAP_CHOWN"}, wantCount: len(testDefaultCaps) + 1},
+		{name: "drop", c: &runtimeapi.Capability{DropCapabilities: []string{"NET_RAW"}}, not: []string{"CAP_NET_RAW"}, wantCount: len(testDefaultCaps) - 1},
 		{name: "add ALL is host's set", c: &runtimeapi.Capability{AddCapabilities: []string{"ALL"}}, host: host, has: []string{"CAP_SYS_ADMIN"}, not: []string{"CAP_SYS_RESOURCE"}, wantCount: len(host)},
 		{name: "add ALL drop one", c: &runtimeapi.Capability{AddCapabilities: []string{"ALL"}, DropCapabilities: []string{"CAP_CHOWN"}}, not: []string{"CAP_CHOWN"}, wantCount: len(KnownCapabilities) - 1},
 		{name: "drop ALL", c: &runtimeapi.Capability{DropCapabilities: []string{"ALL"}}, wantCount: 0},
@@ -37,7 +37,7 @@ func TestCapabilities(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := apply(t, withCapabilities(tt.c, tt.host))
+			s, err := apply(t, withCapabilities(tt.c, testDefaultCaps, tt.host))
 			if wantErr(t, err, tt.err) {
 				return
 			}
@@ -103,7 +103,7 @@ func TestPrivileged(t *testing.T) {
 		s := &specs.Spec{}
 		_ = withDefaultMounts("")(s)
 		_ = withMaskedPaths(nil, nil, false)(s)
-		_ = withCapabilities(nil, nil)(s)
+		_ = withCapabilities(nil, testDefaultCaps, nil)(s)
 		_ = withDevices(nil)(s)
 		return s
 	}

@@ -10,6 +10,19 @@ import (
 	"github.com/podunit/podunit/errdefs"
 )
 
+// testDefaultCaps is config.Default()'s runtime.default_capabilities
+// (containerd's set), written as operators may: with and without CAP_.
+var testDefaultCaps = []string{
+	"CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW", "SETGID",
+	"SETUID", "SETFCAP", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "CAP_AUDIT_WRITE",
+}
+
+// testDefaultCapsNormal is testDefaultCaps as the spec carries them.
+var testDefaultCapsNormal = []string{
+	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FSETID", "CAP_FOWNER", "CAP_MKNOD", "CAP_NET_RAW", "CAP_SETGID",
+	"CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
+}
+
 func baseInput() SpecInput {
 	floor := -999
 	return SpecInput{
@@ -42,6 +55,9 @@ func baseInput() SpecInput {
 		ShmPath:      "/run/podunit/p/shm",
 		ResolvedUser: &User{UID: 1000, GID: 1000, AdditionalGids: []uint32{1000}},
 		Host:         Host{OOMScoreAdjMin: &floor, Arch: "amd64"},
+
+		DefaultCapabilities: testDefaultCaps,
+		Runtime:             Features{Source: "runc features", RecursiveReadOnly: true},
 	}
 }
 
@@ -78,7 +94,7 @@ func TestGenerateSpec(t *testing.T) {
 	if len(s.Linux.MaskedPaths) == 0 || s.Annotations["a"] != "b" || s.Version != SpecVersion {
 		t.Errorf("spec = %+v", s)
 	}
-	if !slices.Equal(p.Capabilities.Bounding, DefaultCapabilities) {
+	if !slices.Equal(p.Capabilities.Bounding, testDefaultCapsNormal) {
 		t.Errorf("caps = %v", p.Capabilities.Bounding)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -109,7 +110,96 @@ func ResourceProperties(r *runtimeapi.LinuxContainerResources, caps Caps) ([]sys
 			props = append(props, prop("AllowedMemoryNodes", b))
 		}
 	}
+	if caps.CgroupV2 {
+		up, err := unifiedProperties(r.Unified)
+		if err != nil {
+			return nil, err
+		}
+		props = append(props, up...)
+	}
 	return props, nil
+}
+
+// unifiedKeys are the cgroup v2 files of CRI's `unified` that a unit
+// property sets; systemd writes them to the unit's cgroup. The kubelet
+// sends memory.swap.max (swap behaviour) and, with MemoryQoS,
+// memory.min/memory.high here.
+var unifiedKeys = map[string]string{
+	"memory.min":      "MemoryMin",
+	"memory.low":      "MemoryLow",
+	"memory.high":     "MemoryHigh",
+	"memory.max":      "MemoryMax",
+	"memory.swap.max": "MemorySwapMax",
+	"pids.max":        "TasksMax",
+	"cpu.weight":      "CPUWeight",
+}
+
+// UnifiedUnitKey reports whether a unit property carries the unified key.
+func UnifiedUnitKey(key string) bool { _, ok := unifiedKeys[key]; return ok }
+
+// unifiedProperties maps the unified keys systemd has a property for;
+// the others are left to the runtime that writes the container's cgroup.
+func unifiedProperties(unified map[string]string) ([]systemd.Property, error) {
+	keys := make([]string, 0, len(unified))
+	for k := range unified {
+		if _, ok := unifiedKeys[k]; ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys) // a stable property order
+	var props []systemd.Property
+	for _, k := range keys {
+		v := strings.TrimSpace(unified[k])
+		var n uint64
+		switch {
+		case v == "max" && k != "cpu.weight":
+			n = math.MaxUint64
+		default:
+			var err error
+			if strings.HasPrefix(k, "memory.") {
+				n, err = memparse(v)
+			} else {
+				n, err = strconv.ParseUint(v, 10, 64)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("unified %s: %q is not a number or \"max\": %w", k, unified[k], errdefs.ErrInvalid)
+			}
+			if k == "cpu.weight" && (n < minWeight || n > maxWeight) {
+				return nil, fmt.Errorf("unified cpu.weight: %d is outside %d-%d: %w", n, minWeight, maxWeight, errdefs.ErrInvalid)
+			}
+		}
+		props = append(props, prop(unifiedKeys[k], n))
+	}
+	return props, nil
+}
+
+// memparse reads a byte count as the kernel's memory.* files do: a number
+// with an optional binary suffix K, M, G, T (either case).
+func memparse(v string) (uint64, error) {
+	shift := 0
+	if v != "" {
+		switch v[len(v)-1] {
+		case 'k', 'K':
+			shift = 10
+		case 'm', 'M':
+			shift = 20
+		case 'g', 'G':
+			shift = 30
+		case 't', 'T':
+			shift = 40
+		}
+	}
+	if shift > 0 {
+		v = v[:len(v)-1]
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	if n > math.MaxUint64>>shift {
+		return 0, fmt.Errorf("%s: too large", v)
+	}
+	return n << shift, nil
 }
 
 // PidsProperty limits the number of tasks; CRI carries it per pod, the

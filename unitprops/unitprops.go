@@ -46,6 +46,11 @@ type Service struct {
 	// StopTimeout is how long the main process has after KillSignal before
 	// systemd SIGKILLs the whole cgroup. Zero means the systemd default.
 	StopTimeout time.Duration
+	// StartTimeout bounds the start job (ExecStart and ExecStartPost): the
+	// runtime's create and start. Zero means the manager's
+	// DefaultTimeoutStartSec, which differs between nodes and would let
+	// systemd kill a slow start that podunit still waits for.
+	StartTimeout time.Duration
 	// SyslogIdentifier names the container's journal lines.
 	SyslogIdentifier string
 	// LogFields are "KEY=value" journal fields added to every line of the unit.
@@ -113,6 +118,9 @@ func Properties(s Service, r *runtimeapi.LinuxContainerResources, caps Caps) ([]
 	}
 	if s.StopTimeout > 0 {
 		props = append(props, prop("TimeoutStopUSec", uint64(s.StopTimeout/time.Microsecond)))
+	}
+	if s.StartTimeout > 0 {
+		props = append(props, prop("TimeoutStartUSec", uint64(s.StartTimeout/time.Microsecond)))
 	}
 	if s.SyslogIdentifier != "" {
 		props = append(props, prop("SyslogIdentifier", s.SyslogIdentifier))

@@ -49,6 +49,7 @@ func baseService() Service {
 		ExecStopPost:     Exec{Argv: []string{"/usr/bin/podunit", "_exitrec", "/var/lib/podunit/containers/abc"}, IgnoreFailure: true},
 		KillSignal:       15,
 		StopTimeout:      30 * time.Second,
+		StartTimeout:     2 * time.Minute,
 		SyslogIdentifier: "nginx",
 		LogFields:        []string{"POD_NAMESPACE=default", "POD_NAME=web", "CONTAINER_NAME=nginx", "CONTAINER_ID=abc"},
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -19,7 +20,7 @@ import (
 var (
 	runtimeKeys = []string{"runtime.default_handler", "runtime.handlers"}
 	metricsKeys = []string{"metrics.address"}
-	imageKeys   = []string{"image.registries_conf", "image.policy_path", "image.auth_file", "image.pull_progress_timeout", "image.pause_image"}
+	imageKeys   = []string{"image.registries_conf", "image.policy_path", "image.auth_file", "image.pull_progress_timeout", "image.pause_image", "image.pinned_images"}
 )
 
 // reloadSteps apply a reloaded configuration to the running services, the
@@ -27,12 +28,12 @@ var (
 // store, the likeliest (a broken registries.conf), then undoes them.
 func reloadSteps(s *services) []reloadStep {
 	return []reloadStep{
-		{name: "runtime handlers", keys: runtimeKeys, apply: func(_ context.Context, c config.Config) error {
+		{name: "runtime handlers", keys: runtimeKeys, apply: func(ctx context.Context, c config.Config) error {
 			rts, err := container.RuntimesFromConfig(c.Runtime.Handlers, filepath.Join(c.Paths.RunDir, "exec"))
 			if err != nil {
 				return err
 			}
-			if err := s.ctrs.SetRuntimes(c.Runtime.DefaultHandler, rts); err != nil {
+			if err := s.ctrs.SetRuntimes(ctx, c.Runtime.DefaultHandler, rts); err != nil {
 				return err
 			}
 			s.pods.SetHandlers(handlerNames(&c))
@@ -49,6 +50,23 @@ func reloadSteps(s *services) []reloadStep {
 	}
 }
 
+// coverLiveKeys checks that steps, with the log level, apply exactly the
+// keys config marks live: a key tagged live that no step applies would be
+// reported as reloaded and never reach its component.
+func coverLiveKeys(steps []reloadStep) error {
+	covered := []string{"server.log_level"}
+	for _, st := range steps {
+		covered = append(covered, st.keys...)
+	}
+	slices.Sort(covered)
+	live := config.LiveKeys()
+	slices.Sort(live)
+	if !slices.Equal(covered, live) {
+		return fmt.Errorf("reload steps cover %q, config's live keys are %q", covered, live)
+	}
+	return nil
+}
+
 // imageLive is the image store's share of the live keys.
 func imageLive(c *config.Config) imagestore.Live {
 	return imagestore.Live{
@@ -56,7 +74,8 @@ func imageLive(c *config.Config) imagestore.Live {
 		PolicyPath:          c.Image.PolicyPath,
 		AuthFile:            c.Image.AuthFile,
 		PullProgressTimeout: c.Image.PullProgressTimeout.D(),
-		PinnedImages:        []string{c.Image.PauseImage},
+		// The pause image is always pinned, besides the operator's.
+		PinnedImages: append([]string{c.Image.PauseImage}, c.Image.PinnedImages...),
 	}
 }
 

@@ -228,12 +228,11 @@ func TestReloadUndoesEarlierStepsWhenOneFails(t *testing.T) {
 // it: tagging a key live without teaching the reload would otherwise go
 // unnoticed.
 func TestReloadStepsCoverTheLiveKeys(t *testing.T) {
-	covered := slices.Concat([]string{"server.log_level"}, runtimeKeys, metricsKeys, imageKeys)
-	slices.Sort(covered)
-	live := config.LiveKeys()
-	slices.Sort(live)
-	if !reflect.DeepEqual(covered, live) {
-		t.Fatalf("reload steps cover %q, config's live keys are %q", covered, live)
+	if err := coverLiveKeys(reloadSteps(&services{})); err != nil {
+		t.Fatal(err)
+	}
+	if err := coverLiveKeys(reloadSteps(&services{})[1:]); err == nil {
+		t.Fatal("steps without the runtime handlers' cover the live keys")
 	}
 }
 
@@ -341,5 +340,15 @@ func TestConfigRunningAsksTheDaemon(t *testing.T) {
 	}
 	if !reflect.DeepEqual(*c, running) {
 		t.Fatalf("running configuration\n%+v\nwant\n%+v", *c, running)
+	}
+}
+
+// The image store's live configuration pins the pause image and the
+// operator's pinned_images, so a reload of either reaches it.
+func TestImageLivePinsPauseAndPinnedImages(t *testing.T) {
+	c := config.Default()
+	c.Image.PinnedImages = []string{"quay.io/podunit/*"}
+	if got := imageLive(&c).PinnedImages; !slices.Equal(got, []string{c.Image.PauseImage, "quay.io/podunit/*"}) {
+		t.Fatalf("pinned = %q", got)
 	}
 }

@@ -132,8 +132,13 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	if err != nil {
 		return nil, err
 	}
+	// Handlers change only with the configuration: asked now and, for new
+	// or changed handlers, at a reload (Manager.SetRuntimes); the manager
+	// keeps them for CreateContainer's checks and Status's
+	// RuntimeHandlerFeatures (Manager.HandlerFeatures).
+	features := container.ProbeFeatures(ctx, runtimes, log.With("component", "containers"))
 	ctrs, err := container.New(copts, container.Deps{
-		Systemd: sd, Images: images, Pods: container.SandboxPods(pods), Runtimes: runtimes, Logs: lm, Events: hub,
+		Systemd: sd, Images: images, Pods: container.SandboxPods(pods), Runtimes: runtimes, Features: features, Logs: lm, Events: hub,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("container manager: %w", err)
@@ -175,12 +180,16 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	s.cri = cri.New(cri.Deps{
 		Config: rl.current, Systemd: sd, Images: images, Pods: pods, Containers: ctrs, Logs: lm, Stream: s.stream,
 		Stats:   statsDeps(s, reader, s.hub, cfg.Image.StorageRoot),
-		Network: pods.NetworkReady, Version: podunitVersion(), Logger: log,
+		Network: pods.NetworkReady, Handlers: ctrs.HandlerFeatures, Version: podunitVersion(), Logger: log,
 	})
 	s.metrics = &metricsEndpoint{start: func(addr string) (*metrics.Server, error) { return startMetrics(addr, s, s.hub, log) }}
 	if err := s.metrics.set(cfg.Metrics.Address); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	rl.setSteps(reloadSteps(s))
+	steps := reloadSteps(s)
+	if err := coverLiveKeys(steps); err != nil {
+		return nil, err
+	}
+	rl.setSteps(steps)
 	return s, nil
 }
