@@ -24,6 +24,15 @@ type CgroupStats struct {
 	Memory *MemoryStats
 	Swap   *SwapStats
 	Pids   *PidsStats
+	// Pressure is read on cgroup v2 only: v1 has no per-cgroup PSI, and
+	// consumers must see "unknown" there, not "no pressure".
+	Pressure Pressure
+}
+
+// Pressure is a cgroup's pressure stall information. Each part is nil when
+// the kernel does not provide it for this cgroup.
+type Pressure struct {
+	CPU, Memory, IO *PSIStats
 }
 
 // CPUStats is cumulative CPU time plus the rate since the previous reading
@@ -289,7 +298,35 @@ func (r *Reader) readV2(path string) (*CgroupStats, error) {
 		return nil, err
 	}
 	st.Pids = pids
+	st.Pressure, err = readPressure(dir)
+	if err != nil {
+		return nil, err
+	}
 	return st, nil
+}
+
+// readPressure reads a v2 cgroup's *.pressure files. They are core cgroup
+// files, present whether or not a controller is enabled, except where PSI
+// is off: a kernel without CONFIG_PSI, psi=0 or cgroup.pressure=0 (files
+// not created or hidden since Linux 5.15/6.1), or psi=0 before 5.15 (reads
+// fail with EOPNOTSUPP). Those leave the part nil. A malformed file is
+// treated the same way, as V2Memory treats malformed memory files: a
+// kernel format surprise must not cost the kubelet every other figure.
+func readPressure(dir string) (Pressure, error) {
+	var p Pressure
+	for name, dst := range map[string]**PSIStats{"cpu.pressure": &p.CPU, "memory.pressure": &p.Memory, "io.pressure": &p.IO} {
+		s, err := readString(filepath.Join(dir, name))
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.EOPNOTSUPP) {
+			continue
+		}
+		if err != nil {
+			return Pressure{}, fmt.Errorf("cgroup pressure: %w", err)
+		}
+		if ps, err := ParsePressure(s); err == nil {
+			*dst = ps
+		}
+	}
+	return p, nil
 }
 
 // V2MemoryFiles are the raw contents of a v2 cgroup's memory files; empty

@@ -3,6 +3,7 @@ package stats
 import (
 	"bufio"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -237,4 +238,126 @@ func ParseCPUAcctStat(s string) (userNs, systemNs uint64, err error) {
 		return 0, 0, err
 	}
 	return m["user"] * (1e9 / userHZ), m["system"] * (1e9 / userHZ), nil
+}
+
+// PSIData is one line of a pressure file: the share of wall time (in
+// percent) that tasks stalled on the resource over the last 10, 60 and 300
+// seconds, and the cumulative stall time.
+type PSIData struct {
+	Avg10, Avg60, Avg300 float64
+	// TotalNanos is the kernel's total (microseconds) in nanoseconds, the
+	// unit the CRI's PsiData.Total carries.
+	TotalNanos uint64
+}
+
+// PSIStats is a parsed cpu.pressure, memory.pressure or io.pressure file.
+// Some covers time at least one task stalled, Full time all non-idle tasks
+// stalled at once. Full is nil when the file has no "full" line: cpu.pressure
+// only has one since Linux 5.13.
+type PSIStats struct {
+	Some, Full *PSIData
+}
+
+// ParsePressure parses a PSI file, lines of the form
+// "some avg10=0.00 avg60=0.00 avg300=0.00 total=0" (Documentation/accounting/psi.rst).
+// Each line must carry all four fields; keys the kernel may add later are
+// skipped, so a newer kernel does not make the whole file unreadable. A
+// file without a "some" line is malformed: every PSI file has one.
+func ParsePressure(s string) (*PSIStats, error) {
+	out := &PSIStats{}
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 0 {
+			continue
+		}
+		var dst **PSIData
+		switch f[0] {
+		case "some":
+			dst = &out.Some
+		case "full":
+			dst = &out.Full
+		default:
+			return nil, fmt.Errorf("pressure line %q: unknown kind: %w", truncate(sc.Text()), errdefs.ErrInvalid)
+		}
+		if *dst != nil {
+			return nil, fmt.Errorf("pressure line %q: second %s line: %w", truncate(sc.Text()), f[0], errdefs.ErrInvalid)
+		}
+		d, err := parsePSILine(f[1:])
+		if err != nil {
+			return nil, fmt.Errorf("pressure line %q: %w", truncate(sc.Text()), err)
+		}
+		*dst = d
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("pressure file: %v: %w", err, errdefs.ErrInvalid)
+	}
+	if out.Some == nil {
+		return nil, fmt.Errorf("pressure file %q has no \"some\" line: %w", truncate(s), errdefs.ErrInvalid)
+	}
+	return out, nil
+}
+
+// maxPSITotalUsec keeps the conversion to nanoseconds from overflowing.
+const maxPSITotalUsec = ^uint64(0) / 1000
+
+func parsePSILine(fields []string) (*PSIData, error) {
+	d := &PSIData{}
+	const (
+		avg10 = 1 << iota
+		avg60
+		avg300
+		total
+		all = avg10 | avg60 | avg300 | total
+	)
+	seen := 0
+	for _, kv := range fields {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("field %q is not key=value: %w", kv, errdefs.ErrInvalid)
+		}
+		var bit int
+		switch k {
+		case "avg10":
+			bit = avg10
+		case "avg60":
+			bit = avg60
+		case "avg300":
+			bit = avg300
+		case "total":
+			bit = total
+		default:
+			continue
+		}
+		if seen&bit != 0 {
+			return nil, fmt.Errorf("field %s twice: %w", k, errdefs.ErrInvalid)
+		}
+		seen |= bit
+		if bit == total {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil || n > maxPSITotalUsec {
+				return nil, fmt.Errorf("total %q: %w", v, errdefs.ErrInvalid)
+			}
+			d.TotalNanos = n * 1000
+			continue
+		}
+		// The kernel prints averages as "%lu.%02lu" percent; NaN, Inf
+		// or a sign are not something it writes.
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(x >= 0) || math.IsInf(x, 1) {
+			return nil, fmt.Errorf("%s %q: %w", k, v, errdefs.ErrInvalid)
+		}
+		switch bit {
+		case avg10:
+			d.Avg10 = x
+		case avg60:
+			d.Avg60 = x
+		case avg300:
+			d.Avg300 = x
+		}
+	}
+	if seen != all {
+		return nil, fmt.Errorf("missing avg10, avg60, avg300 or total: %w", errdefs.ErrInvalid)
+	}
+	return d, nil
 }

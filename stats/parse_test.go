@@ -2,9 +2,11 @@ package stats
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,4 +225,86 @@ func TestParseCPUAcctStat(t *testing.T) {
 	if err != nil || u != 940_000_000 || s != 60_000_000 {
 		t.Fatalf("ParseCPUAcctStat = %d %d %v", u, s, err)
 	}
+}
+
+func TestParsePressure(t *testing.T) {
+	const (
+		some = "some avg10=1.80 avg60=1.43 avg300=1.16 total=292659222\n"
+		full = "full avg10=1.10 avg60=0.93 avg300=0.67 total=76597596\n"
+	)
+	someData := &PSIData{Avg10: 1.80, Avg60: 1.43, Avg300: 1.16, TotalNanos: 292659222000}
+	fullData := &PSIData{Avg10: 1.10, Avg60: 0.93, Avg300: 0.67, TotalNanos: 76597596000}
+	for _, tc := range []struct {
+		name, in string
+		want     *PSIStats
+	}{
+		{"some and full", some + full, &PSIStats{Some: someData, Full: fullData}},
+		// cpu.pressure before Linux 5.13 has no "full" line.
+		{"cpu before 5.13", some, &PSIStats{Some: someData}},
+		{"full first", full + some, &PSIStats{Some: someData, Full: fullData}},
+		{"zeros", "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+			&PSIStats{Some: &PSIData{}, Full: &PSIData{}}},
+		{"no trailing newline, blank line", "\n" + strings.TrimSuffix(some, "\n"), &PSIStats{Some: someData}},
+		{"full stall", "some avg10=100.00 avg60=100.00 avg300=100.00 total=18446744073709551\n",
+			&PSIStats{Some: &PSIData{Avg10: 100, Avg60: 100, Avg300: 100, TotalNanos: 18446744073709551000}}},
+		{"field order and unknown key", "some total=5 avg300=0.01 future=7 avg60=0.02 avg10=0.03\n",
+			&PSIStats{Some: &PSIData{Avg10: 0.03, Avg60: 0.02, Avg300: 0.01, TotalNanos: 5000}}},
+		{"empty", "", nil},
+		{"only full", full, nil},
+		{"unknown kind", some + "most avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", nil},
+		{"some twice", some + some, nil},
+		{"missing total", "some avg10=0.00 avg60=0.00 avg300=0.00\n", nil},
+		{"missing avg300", "some avg10=0.00 avg60=0.00 total=1\n", nil},
+		{"kind only", "some\n", nil},
+		{"key twice", "some avg10=0.00 avg10=0.00 avg60=0.00 avg300=0.00 total=1\n", nil},
+		{"no equals", "some avg10 0.00 avg60=0.00 avg300=0.00 total=1\n", nil},
+		{"empty key", "some =1 avg10=0.00 avg60=0.00 avg300=0.00 total=1\n", nil},
+		{"negative avg", "some avg10=-1.00 avg60=0.00 avg300=0.00 total=1\n", nil},
+		{"NaN avg", "some avg10=NaN avg60=0.00 avg300=0.00 total=1\n", nil},
+		{"Inf avg", "some avg10=+Inf avg60=0.00 avg300=0.00 total=1\n", nil},
+		{"negative total", "some avg10=0.00 avg60=0.00 avg300=0.00 total=-1\n", nil},
+		{"fractional total", "some avg10=0.00 avg60=0.00 avg300=0.00 total=1.5\n", nil},
+		{"total overflows in ns", "some avg10=0.00 avg60=0.00 avg300=0.00 total=18446744073709552\n", nil},
+		{"malformed full", some + "full avg10=x avg60=0.00 avg300=0.00 total=0\n", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParsePressure(tc.in)
+			if tc.want == nil {
+				if err == nil || !errors.Is(err, errdefs.ErrInvalid) {
+					t.Fatalf("ParsePressure(%q) = %+v, %v; want ErrInvalid", tc.in, got, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got some %+v full %+v, want some %+v full %+v", got.Some, got.Full, tc.want.Some, tc.want.Full)
+			}
+		})
+	}
+	// The captured files parse (total µs → ns).
+	p, err := ParsePressure(fixture(t, "v2/psi/io.pressure"))
+	if err != nil || p.Some.TotalNanos != 292659222000 || p.Full == nil || p.Full.Avg300 != 0.67 {
+		t.Fatalf("io.pressure = %+v, %v", p, err)
+	}
+}
+
+func FuzzParsePressure(f *testing.F) {
+	f.Add(fixture(f, "v2/psi/cpu.pressure"))
+	f.Add("some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := ParsePressure(s)
+		if err != nil {
+			return
+		}
+		if p.Some == nil {
+			t.Fatal("parsed without a some line")
+		}
+		for _, d := range []*PSIData{p.Some, p.Full} {
+			if d != nil && (!(d.Avg10 >= 0) || !(d.Avg60 >= 0) || !(d.Avg300 >= 0) || math.IsInf(d.Avg10+d.Avg60+d.Avg300, 0) || d.TotalNanos%1000 != 0) {
+				t.Fatalf("implausible line %+v", d)
+			}
+		}
+	})
 }

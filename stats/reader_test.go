@@ -52,9 +52,18 @@ func TestReadV1Fixture(t *testing.T) {
 	if r.Version() != 1 {
 		t.Fatal("not v1")
 	}
+	// v1 hierarchies have no pressure files; these are planted in every
+	// one of them so that a reader that looked for PSI on v1 would report
+	// figures where the CRI must say "unknown".
+	for _, mp := range r.v1 {
+		copyFixture(t, "v2/psi", filepath.Join(mp, unit))
+	}
 	st, err := r.Read("c1", unit)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if st.Pressure != (Pressure{}) {
+		t.Fatalf("v1 reported pressure: %+v", st.Pressure)
 	}
 	if st.CPU == nil || st.CPU.UsageNanos != 1005698331 || st.CPU.NanoCores != nil {
 		t.Fatalf("cpu = %+v", st.CPU)

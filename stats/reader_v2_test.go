@@ -3,13 +3,20 @@ package stats
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 )
 
 func layoutV2(t *testing.T, src, path string) *Reader {
 	t.Helper()
 	root := t.TempDir()
-	dir := filepath.Join(root, path)
+	copyFixture(t, src, filepath.Join(root, path))
+	return NewReaderWith(ReaderOptions{V2Root: root})
+}
+
+// copyFixture copies the files of testdata/src into dir, creating it.
+func copyFixture(t *testing.T, src, dir string) {
+	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +33,6 @@ func layoutV2(t *testing.T, src, path string) *Reader {
 			t.Fatal(err)
 		}
 	}
-	return NewReaderWith(ReaderOptions{V2Root: root})
 }
 
 // Files captured in the cgroup v2 VM from a unit with MemoryMax=64M and
@@ -58,6 +64,64 @@ func TestReadV2Fixture(t *testing.T) {
 	}
 	if ok, err := r.OOMKilled(unit); ok || err != nil {
 		t.Fatalf("OOMKilled = %v, %v", ok, err)
+	}
+}
+
+// The *.pressure files of testdata/v2/psi were captured at the unified
+// hierarchy's root on the development host (kernel 6.18); a unit's have the
+// same format. Total is the kernel's microseconds in nanoseconds.
+func TestReadV2Pressure(t *testing.T) {
+	const unit = "/system.slice/fx-run.service"
+	r := layoutV2(t, "v2/running", unit)
+	dir := filepath.Join(r.v2Root, unit)
+	copyFixture(t, "v2/psi", dir)
+	st, err := r.Read("", unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Pressure{
+		CPU:    &PSIStats{Some: &PSIData{Avg10: 14.58, Avg60: 28.81, Avg300: 34.96, TotalNanos: 6427777130000}, Full: &PSIData{}},
+		Memory: &PSIStats{Some: &PSIData{TotalNanos: 49961000}, Full: &PSIData{TotalNanos: 29235000}},
+		IO:     &PSIStats{Some: &PSIData{Avg10: 1.80, Avg60: 1.43, Avg300: 1.16, TotalNanos: 292659222000}, Full: &PSIData{Avg10: 1.10, Avg60: 0.93, Avg300: 0.67, TotalNanos: 76597596000}},
+	}
+	if !reflect.DeepEqual(st.Pressure, want) {
+		t.Fatalf("pressure = cpu %+v memory %+v io %+v", st.Pressure.CPU, st.Pressure.Memory, st.Pressure.IO)
+	}
+
+	// cpu.pressure of a kernel before 5.13 has no "full" line: Full is
+	// unknown, not zero.
+	write := func(name, s string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("cpu.pressure", "some avg10=0.50 avg60=0.10 avg300=0.02 total=1234\n")
+	// A malformed file costs only its own part.
+	write("memory.pressure", "some avg10=0.00\n")
+	st, err = r.Read("", unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := st.Pressure.CPU; c == nil || c.Full != nil || c.Some == nil || c.Some.TotalNanos != 1234000 || c.Some.Avg10 != 0.5 {
+		t.Fatalf("cpu pressure without full = %+v", c)
+	}
+	if st.Pressure.Memory != nil || st.Pressure.IO == nil || st.Memory == nil || st.CPU == nil {
+		t.Fatalf("malformed memory.pressure: %+v", st)
+	}
+
+	// A kernel without PSI (or psi=0, cgroup.pressure=0) has no files:
+	// every part is absent while the other figures stay.
+	for _, f := range []string{"cpu.pressure", "memory.pressure", "io.pressure"} {
+		if err := os.Remove(filepath.Join(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err = r.Read("", unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Pressure != (Pressure{}) || st.CPU == nil || st.Memory == nil {
+		t.Fatalf("without PSI files: %+v", st)
 	}
 }
 

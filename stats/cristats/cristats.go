@@ -109,18 +109,54 @@ func (c *Collector) read(key, path string) (*stats.CgroupStats, error) {
 	return st, err
 }
 
+// psi converts a PSI reading. nil stays nil, and so does a missing "full"
+// line: the kubelet must read cgroup v1 or a kernel without PSI as
+// "unknown", not as a container under no pressure.
+func psi(p *stats.PSIStats) *runtimeapi.PsiStats {
+	if p == nil {
+		return nil
+	}
+	return &runtimeapi.PsiStats{Some: psiData(p.Some), Full: psiData(p.Full)}
+}
+
+func psiData(d *stats.PSIData) *runtimeapi.PsiData {
+	if d == nil {
+		return nil
+	}
+	return &runtimeapi.PsiData{Total: d.TotalNanos, Avg10: d.Avg10, Avg60: d.Avg60, Avg300: d.Avg300}
+}
+
+// The pressure files do not depend on the cpu or memory controller being
+// enabled, so PSI is reported whenever the cgroup was read.
 func cpuUsage(ts int64, st *stats.CgroupStats) *runtimeapi.CpuUsage {
 	u := &runtimeapi.CpuUsage{Timestamp: ts}
-	if st != nil && st.CPU != nil {
+	if st == nil {
+		return u
+	}
+	if st.CPU != nil {
 		u.UsageCoreNanoSeconds = u64(st.CPU.UsageNanos)
 		u.UsageNanoCores = u64p(st.CPU.NanoCores)
 	}
+	u.Psi = psi(st.Pressure.CPU)
 	return u
+}
+
+// ioUsage carries only PSI (the CRI has no I/O counters there), so it is
+// nil when there is none, like swap without swap accounting.
+func ioUsage(ts int64, st *stats.CgroupStats) *runtimeapi.IoUsage {
+	if st == nil || st.Pressure.IO == nil {
+		return nil
+	}
+	return &runtimeapi.IoUsage{Timestamp: ts, Psi: psi(st.Pressure.IO)}
 }
 
 func memoryUsage(ts int64, st *stats.CgroupStats) *runtimeapi.MemoryUsage {
 	u := &runtimeapi.MemoryUsage{Timestamp: ts}
-	if st != nil && st.Memory != nil {
+	if st == nil {
+		return u
+	}
+	u.Psi = psi(st.Pressure.Memory)
+	if st.Memory != nil {
 		m := st.Memory
 		u.WorkingSetBytes = u64(m.WorkingSet)
 		u.AvailableBytes = u64p(m.Available)
@@ -156,6 +192,7 @@ func (c *Collector) containerStats(ctx context.Context, ctr Container) (*runtime
 		Cpu:        cpuUsage(ts, st),
 		Memory:     memoryUsage(ts, st),
 		Swap:       swapUsage(ts, st),
+		Io:         ioUsage(ts, st),
 	}
 	if c.o.WritableLayer != nil {
 		l, err := c.o.WritableLayer(ctx, ctr.ID)
@@ -280,7 +317,7 @@ func (c *Collector) podStats(ctx context.Context, p Pod, ctrs []Container) (*run
 	if st != nil {
 		ts = st.Time.UnixNano()
 	}
-	linux := &runtimeapi.LinuxPodSandboxStats{Cpu: cpuUsage(ts, st), Memory: memoryUsage(ts, st)}
+	linux := &runtimeapi.LinuxPodSandboxStats{Cpu: cpuUsage(ts, st), Memory: memoryUsage(ts, st), Io: ioUsage(ts, st)}
 	if st != nil && st.Pids != nil {
 		linux.Process = &runtimeapi.ProcessUsage{Timestamp: ts, ProcessCount: u64(st.Pids.Current)}
 	}

@@ -3,14 +3,17 @@ package cristats
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/stats"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -59,6 +62,12 @@ func TestDescriptorsAndMetricsAgree(t *testing.T) {
 	x := &stats.Extended{CgroupStats: stats.CgroupStats{
 		CPU: &stats.CPUStats{UsageNanos: 5e9}, Memory: &stats.MemoryStats{Usage: 10, WorkingSet: 5, Limit: 100, Available: &lim},
 		Swap: &stats.SwapStats{}, Pids: &stats.PidsStats{Current: 1},
+		Pressure: stats.Pressure{
+			// cpu.pressure of a kernel before 5.13: no "full" line.
+			CPU:    &stats.PSIStats{Some: &stats.PSIData{TotalNanos: 3_900_000_000}},
+			Memory: &stats.PSIStats{Some: &stats.PSIData{TotalNanos: 2e9}, Full: &stats.PSIData{TotalNanos: 1e9}},
+			IO:     &stats.PSIStats{Some: &stats.PSIData{TotalNanos: 7e9}, Full: &stats.PSIData{TotalNanos: 6e9}},
+		},
 	}}
 	ctr := Container{ID: "c1", PodID: "p1", Metadata: &runtimeapi.ContainerMetadata{Name: "web"}, Image: "busybox", StartedAt: now.UnixNano()}
 	got := ContainerMetrics(ctr, x, &LayerUsage{Mountpoint: "/var/lib", UsedBytes: 1}, now)
@@ -82,6 +91,23 @@ func TestDescriptorsAndMetricsAgree(t *testing.T) {
 			t.Errorf("no value for %s", n)
 		}
 	}
+	if seen["container_pressure_cpu_stalled_seconds_total"] {
+		t.Error("cpu stalled reported without a cpu \"full\" line")
+	}
+	for name, want := range map[string]uint64{
+		"container_pressure_cpu_waiting_seconds_total": 3, "container_pressure_memory_waiting_seconds_total": 2,
+		"container_pressure_memory_stalled_seconds_total": 1, "container_pressure_io_waiting_seconds_total": 7,
+		"container_pressure_io_stalled_seconds_total": 6,
+	} {
+		i := slices.IndexFunc(got, func(m *runtimeapi.Metric) bool { return m.Name == name })
+		if i < 0 {
+			t.Errorf("no %s", name)
+			continue
+		}
+		if got[i].Value.Value != want || got[i].MetricType != runtimeapi.MetricType_COUNTER {
+			t.Errorf("%s: want counter %d, got %v", name, want, got[i])
+		}
+	}
 	for _, m := range got {
 		if m.Name == "container_cpu_usage_seconds_total" && m.Value.Value != 5 {
 			t.Errorf("cpu seconds = %d", m.Value.Value)
@@ -100,24 +126,39 @@ type fakeSource struct {
 func (f fakeSource) StatsContainers(context.Context) ([]Container, error) { return f.ctrs, nil }
 func (f fakeSource) StatsPods(context.Context) ([]Pod, error)             { return f.pods, nil }
 
-func fixtureReader(t *testing.T, path string) *stats.Reader {
+// fixtureReader lays out a v2 tree: the captured unit files at path and
+// the captured PSI files (../testdata/v2/psi) at path and at each of psiAt.
+func fixtureReader(t *testing.T, path string, psiAt ...string) *stats.Reader {
 	root := t.TempDir()
-	dir := filepath.Join(root, path)
+	copyFixture(t, "v2/running", filepath.Join(root, path))
+	for _, p := range append([]string{path}, psiAt...) {
+		copyFixture(t, "v2/psi", filepath.Join(root, p))
+	}
+	return stats.NewReaderWith(stats.ReaderOptions{V2Root: root})
+}
+
+// copyFixture copies the files of ../testdata/src into dir, creating it.
+func copyFixture(t *testing.T, src, dir string) {
+	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	src := "../testdata/v2/running"
-	ents, err := os.ReadDir(src)
+	ents, err := os.ReadDir(filepath.Join("../testdata", src))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range ents {
-		b, _ := os.ReadFile(filepath.Join(src, e.Name()))
+		if e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("../testdata", src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	return stats.NewReaderWith(stats.ReaderOptions{V2Root: root})
 }
 
 func TestCollectorStats(t *testing.T) {
@@ -131,7 +172,7 @@ func TestCollectorStats(t *testing.T) {
 		pods: []Pod{{ID: "p", CgroupPath: "/pod.slice", NetNSPath: "/run/netns/p"}, {ID: "q"}},
 	}
 	c := New(Options{
-		Reader: fixtureReader(t, unit), Source: src,
+		Reader: fixtureReader(t, unit, "/pod.slice"), Source: src,
 		WritableLayer: func(_ context.Context, id string) (LayerUsage, error) {
 			if id == "other" {
 				return LayerUsage{}, errdefs.ErrNotFound
@@ -157,9 +198,15 @@ func TestCollectorStats(t *testing.T) {
 		a.WritableLayer.FsId.Mountpoint == "" || a.Swap == nil {
 		t.Fatalf("stats of a = %v", a)
 	}
+	// PSI of the v2 fixture: kernel µs as ns, averages in percent.
+	wantPSI(t, "container a", a.Cpu.GetPsi(), a.Memory.GetPsi(), a.Io)
+	if a.Io.Timestamp != a.Cpu.Timestamp {
+		t.Fatalf("io timestamp %d, cpu %d", a.Io.Timestamp, a.Cpu.Timestamp)
+	}
 	// Not started: listed with timestamps and no values.
 	cr := all[1]
-	if cr.Cpu.Timestamp == 0 || cr.Memory.Timestamp == 0 || cr.Cpu.UsageCoreNanoSeconds != nil || cr.WritableLayer == nil {
+	if cr.Cpu.Timestamp == 0 || cr.Memory.Timestamp == 0 || cr.Cpu.UsageCoreNanoSeconds != nil || cr.WritableLayer == nil ||
+		cr.Cpu.Psi != nil || cr.Memory.Psi != nil || cr.Io != nil {
 		t.Fatalf("stats of created = %v", cr)
 	}
 	if all[2].WritableLayer != nil {
@@ -208,12 +255,113 @@ func TestCollectorStats(t *testing.T) {
 		len(l.Network.Interfaces) != 2 || l.Network.DefaultInterface.TxErrors.GetValue() != 1 || l.Cpu.Timestamp == 0 {
 		t.Fatalf("pod stats = %v", ps)
 	}
+	wantPSI(t, "pod p", l.Cpu.GetPsi(), l.Memory.GetPsi(), l.Io)
+	if l.Containers[0].Io == nil {
+		t.Fatal("pod stats: container a without io")
+	}
 	pods, err := c.ListPodSandboxStats(ctx, &runtimeapi.PodSandboxStatsFilter{Id: "q"})
 	if err != nil || len(pods) != 1 || pods[0].Linux.Network.Interfaces[0].Name != "host0" || len(pods[0].Linux.Containers) != 1 {
 		t.Fatalf("pod q = %v, %v", pods, err)
 	}
+	// Pod q has no cgroup: timestamps, no PSI.
+	if q := pods[0].Linux; q.Cpu.Psi != nil || q.Memory.Psi != nil || q.Io != nil {
+		t.Fatalf("pod q without cgroup has PSI: %v", q)
+	}
+	all2, err := c.ListPodSandboxStats(ctx, nil)
+	if err != nil || len(all2) != 2 || all2[0].Linux.Io == nil {
+		t.Fatalf("ListPodSandboxStats = %v, %v", all2, err)
+	}
 	pm, err := c.ListPodSandboxMetrics(ctx)
 	if err != nil || len(pm) != 2 || len(pm[0].ContainerMetrics) != 2 || len(pm[0].Metrics) != 16 {
 		t.Fatalf("metrics = %v, %v", pm, err)
+	}
+	pressure := map[string]uint64{}
+	for _, m := range pm[0].ContainerMetrics[0].Metrics {
+		if strings.HasPrefix(m.Name, "container_pressure_") {
+			pressure[m.Name] = m.Value.GetValue()
+		}
+	}
+	// Whole seconds of the fixture's totals (6427.8 s, 0.05 s, 292.7 s, 76.6 s).
+	if want := map[string]uint64{
+		"container_pressure_cpu_waiting_seconds_total": 6427, "container_pressure_cpu_stalled_seconds_total": 0,
+		"container_pressure_memory_waiting_seconds_total": 0, "container_pressure_memory_stalled_seconds_total": 0,
+		"container_pressure_io_waiting_seconds_total": 292, "container_pressure_io_stalled_seconds_total": 76,
+	}; !maps.Equal(pressure, want) {
+		t.Fatalf("pressure metrics = %v, want %v", pressure, want)
+	}
+}
+
+// wantPSI checks the CRI form of the testdata/v2/psi files.
+func wantPSI(t *testing.T, what string, cpu, mem *runtimeapi.PsiStats, io *runtimeapi.IoUsage) {
+	t.Helper()
+	if cpu == nil || mem == nil || io == nil || io.Timestamp == 0 {
+		t.Fatalf("%s: PSI cpu %v memory %v io %v", what, cpu, mem, io)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want *runtimeapi.PsiData
+	}{
+		{"cpu some", cpu.Some, &runtimeapi.PsiData{Total: 6427777130000, Avg10: 14.58, Avg60: 28.81, Avg300: 34.96}},
+		{"cpu full", cpu.Full, &runtimeapi.PsiData{}},
+		{"memory some", mem.Some, &runtimeapi.PsiData{Total: 49961000}},
+		{"memory full", mem.Full, &runtimeapi.PsiData{Total: 29235000}},
+		{"io some", io.Psi.GetSome(), &runtimeapi.PsiData{Total: 292659222000, Avg10: 1.80, Avg60: 1.43, Avg300: 1.16}},
+		{"io full", io.Psi.GetFull(), &runtimeapi.PsiData{Total: 76597596000, Avg10: 1.10, Avg60: 0.93, Avg300: 0.67}},
+	} {
+		if !proto.Equal(c.got, c.want) {
+			t.Errorf("%s: %s = %v, want %v", what, c.name, c.got, c.want)
+		}
+	}
+}
+
+// On cgroup v1 there is no PSI: the CRI fields are nil (unknown), not zero,
+// and no pressure metric is sent, even with pressure files lying about.
+func TestCollectorV1NoPSI(t *testing.T) {
+	const unit = "/podunit.slice/podunit-ctr-a.service"
+	root := t.TempDir()
+	mounts := map[string]string{}
+	for _, c := range []string{"memory", "cpuacct", "pids", "name=systemd"} {
+		mounts[c] = filepath.Join(root, c)
+		copyFixture(t, "v1/running", filepath.Join(mounts[c], unit))
+		// v1 hierarchies have no pressure files; planted to catch a
+		// reader that would report them on v1.
+		copyFixture(t, "v2/psi", filepath.Join(mounts[c], unit))
+		copyFixture(t, "v2/psi", filepath.Join(mounts[c], "/podunit.slice"))
+	}
+	c := New(Options{
+		Reader: stats.NewReaderWith(stats.ReaderOptions{V1Mounts: mounts}),
+		Source: fakeSource{
+			ctrs: []Container{{ID: "a", PodID: "p", CgroupPath: unit}},
+			pods: []Pod{{ID: "p", CgroupPath: "/podunit.slice"}},
+		},
+		NetworkStats:     func(string) ([]stats.InterfaceStats, error) { return nil, nil },
+		HostNetworkStats: func() ([]stats.InterfaceStats, error) { return nil, nil },
+	})
+	ctx := context.Background()
+	cs, err := c.ContainerStats(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs.Cpu.UsageCoreNanoSeconds.GetValue() != 1005698331 {
+		t.Fatalf("v1 fixture not read: %v", cs)
+	}
+	if cs.Cpu.Psi != nil || cs.Memory.Psi != nil || cs.Io != nil {
+		t.Fatalf("v1 container stats carry PSI: %v", cs)
+	}
+	ps, err := c.PodSandboxStats(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := ps.Linux; l.Cpu.Psi != nil || l.Memory.Psi != nil || l.Io != nil || l.Containers[0].Io != nil {
+		t.Fatalf("v1 pod stats carry PSI: %v", l)
+	}
+	pm, err := c.ListPodSandboxMetrics(ctx)
+	if err != nil || len(pm) != 1 || len(pm[0].ContainerMetrics) != 1 {
+		t.Fatalf("metrics = %v, %v", pm, err)
+	}
+	for _, m := range pm[0].ContainerMetrics[0].Metrics {
+		if strings.HasPrefix(m.Name, "container_pressure_") {
+			t.Errorf("v1 metric %s = %v", m.Name, m.Value)
+		}
 	}
 }

@@ -71,6 +71,12 @@ var descriptors = []desc{
 	{"container_fs_writes_bytes_total", "Cumulative count of bytes written.", deviceLabels, counter},
 	{"container_fs_writes_total", "Cumulative count of writes completed.", deviceLabels, counter},
 	{"container_blkio_device_usage_total", "Blkio device bytes usage.", blkioLabels, counter},
+	{"container_pressure_cpu_waiting_seconds_total", "Total time duration tasks in the container have waited due to CPU congestion.", baseLabels, counter},
+	{"container_pressure_cpu_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to CPU congestion.", baseLabels, counter},
+	{"container_pressure_memory_waiting_seconds_total", "Total time duration tasks in the container have waited due to memory congestion.", baseLabels, counter},
+	{"container_pressure_memory_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to memory congestion.", baseLabels, counter},
+	{"container_pressure_io_waiting_seconds_total", "Total time duration tasks in the container have waited due to IO congestion.", baseLabels, counter},
+	{"container_pressure_io_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to IO congestion.", baseLabels, counter},
 	{"container_processes", "Number of processes running inside the container.", baseLabels, gauge},
 	{"container_threads", "Number of threads running inside the container.", baseLabels, gauge},
 	{"container_threads_max", "Maximum number of threads allowed inside the container, 0 if unlimited.", baseLabels, gauge},
@@ -170,6 +176,28 @@ func ContainerMetrics(ctr Container, x *stats.Extended, layer *LayerUsage, now t
 	}
 	b.add("container_memory_swap", swap)
 	b.add("container_spec_memory_swap_limit_bytes", x.SwapLimit)
+	// PSI "some" is cAdvisor's waiting, "full" its stalled. Unlike the
+	// figures above they are left out, not zero, where the kernel has none
+	// (cgroup v1, no PSI, cpu "full" before 5.13): zero would claim "no
+	// pressure".
+	for _, p := range []struct {
+		psi              *stats.PSIStats
+		waiting, stalled string
+	}{
+		{x.Pressure.CPU, "container_pressure_cpu_waiting_seconds_total", "container_pressure_cpu_stalled_seconds_total"},
+		{x.Pressure.Memory, "container_pressure_memory_waiting_seconds_total", "container_pressure_memory_stalled_seconds_total"},
+		{x.Pressure.IO, "container_pressure_io_waiting_seconds_total", "container_pressure_io_stalled_seconds_total"},
+	} {
+		if p.psi == nil {
+			continue
+		}
+		if p.psi.Some != nil {
+			b.add(p.waiting, p.psi.Some.TotalNanos/nsPerSec)
+		}
+		if p.psi.Full != nil {
+			b.add(p.stalled, p.psi.Full.TotalNanos/nsPerSec)
+		}
+	}
 	b.add("container_processes", x.Processes)
 	b.add("container_threads", x.Threads)
 	b.add("container_threads_max", x.ThreadsMax)

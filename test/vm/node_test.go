@@ -9,12 +9,15 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/podunit/podunit/stats"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -171,6 +174,72 @@ func TestNodeLimitsInsideContainer(t *testing.T) {
 		if out := ssh(t, "cat "+unit+"/"+f); !strings.HasPrefix(out, "some avg10=") {
 			t.Errorf("%s of the unit: %q, want PSI lines", f, out)
 		}
+	}
+	n.wantPSI(t, pod, id, unit)
+}
+
+// wantPSI checks PSI where the kubelet reads it, through the CRI, and as
+// `crictl stats -o json` shows it on the node. A busy loop under the
+// container's 5 % quota is throttled, which the kernel counts as CPU
+// stall, so the "some" total is not zero; it must lie between two reads of
+// the unit's cpu.pressure taken around the call (kernel µs, CRI ns).
+func (n *node) wantPSI(t *testing.T, pod, id, unit string) {
+	t.Helper()
+	// Its exit status is timeout's; only the stall matters.
+	if _, err := n.rt.ExecSync(tctx(t, 2*time.Minute), &runtimeapi.ExecSyncRequest{
+		ContainerId: id, Cmd: []string{"timeout", "3", "sh", "-c", "while :; do :; done"}, Timeout: 100,
+	}); err != nil {
+		t.Fatalf("busy loop in %s: %v", id, err)
+	}
+	cpuSome := func(dir string) uint64 {
+		t.Helper()
+		p, err := stats.ParsePressure(ssh(t, "cat "+dir+"/cpu.pressure"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Some.TotalNanos
+	}
+	before := cpuSome(unit)
+	out := ssh(t, "crictl --runtime-endpoint unix:///run/podunit/podunit.sock --timeout 60s stats -o json --id "+id+
+		" 2>/tmp/crictl-stats.err || { cat /tmp/crictl-stats.err; exit 1; }")
+	after := cpuSome(unit)
+	var resp runtimeapi.ListContainerStatsResponse
+	if err := protojson.Unmarshal([]byte(out), &resp); err != nil || len(resp.Stats) != 1 {
+		t.Fatalf("crictl stats -o json: %v, %d stats\n%s", err, len(resp.Stats), out)
+	}
+	st := resp.Stats[0]
+	t.Logf("crictl stats -o json: cpu.psi %v; memory.psi %v; io %v", st.GetCpu().GetPsi(), st.GetMemory().GetPsi(), st.GetIo())
+	cpu := st.GetCpu().GetPsi()
+	got := cpu.GetSome().GetTotal()
+	if got == 0 || got < before || got > after {
+		t.Errorf("crictl: cpu some total %d ns; the unit's cpu.pressure said %d, then %d ns", got, before, after)
+	}
+	// Linux 6.1: every file has a "full" line, cpu's included.
+	if cpu.GetFull() == nil || st.GetMemory().GetPsi().GetSome() == nil || st.GetMemory().GetPsi().GetFull() == nil ||
+		st.GetIo().GetPsi().GetSome() == nil || st.GetIo().GetPsi().GetFull() == nil || st.GetIo().GetTimestamp() == 0 {
+		t.Errorf("crictl stats -o json lacks PSI parts:\n%s", out)
+	}
+
+	// The pod's figures are its slice's, the unit's parent. They are not
+	// bounded by the container's: the kernel weights each CPU's stall
+	// time by the group's non-idle time there, so a parent's total can be
+	// lower than a child's (seen here: 26.8 s for the pod, 27.1 s for its
+	// container). They are bracketed the same way instead.
+	podDir := path.Dir(unit)
+	before = cpuSome(podDir)
+	ps, err := n.rt.PodSandboxStats(tctx(t, time.Minute), &runtimeapi.PodSandboxStatsRequest{PodSandboxId: pod})
+	if err != nil {
+		t.Fatalf("PodSandboxStats: %v", err)
+	}
+	after = cpuSome(podDir)
+	l := ps.GetStats().GetLinux()
+	t.Logf("PodSandboxStats: cpu.psi %v; memory.psi %v; io %v", l.GetCpu().GetPsi(), l.GetMemory().GetPsi(), l.GetIo())
+	if p := l.GetCpu().GetPsi().GetSome().GetTotal(); p == 0 || p < before || p > after {
+		t.Errorf("pod cpu some total %d ns; %s/cpu.pressure said %d, then %d ns", p, podDir, before, after)
+	}
+	if l.GetMemory().GetPsi().GetSome() == nil || l.GetIo().GetPsi().GetSome() == nil || len(l.GetContainers()) != 1 ||
+		l.GetContainers()[0].GetIo().GetPsi() == nil {
+		t.Errorf("pod stats lack PSI: %v", l)
 	}
 }
 
