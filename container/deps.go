@@ -126,8 +126,9 @@ type Deps struct {
 	Images   ImageStore
 	Pods     Pods
 	Runtimes map[string]oci.Runtime
-	// Features are what each of Runtimes supports (ProbeFeatures, once at
-	// start); a handler without an entry supports nothing optional.
+	// Features are what each of Runtimes supports (ProbeFeatures at start;
+	// SetRuntimes probes the handlers a reload adds or changes); a handler
+	// without an entry supports nothing optional.
 	Features map[string]oci.Features
 	// Logs writes CRI log files; nil means none are written (tests).
 	Logs Logs
