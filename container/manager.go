@@ -244,6 +244,10 @@ func validateConfig(cfg *runtimeapi.ContainerConfig) error {
 		if hasDotDot(mnt.GetHostPath()) {
 			return fmt.Errorf("container config: mount host_path %q: %w", mnt.GetHostPath(), errdefs.ErrInvalid)
 		}
+		// Before anything is mounted for the container (image volumes).
+		if _, _, err := oci.MountOptions(mnt); err != nil {
+			return fmt.Errorf("container config: %w", err)
+		}
 	}
 	return nil
 }

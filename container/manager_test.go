@@ -132,6 +132,10 @@ func TestCreateValidation(t *testing.T) {
 		"mount dotdot": func(c *runtimeapi.ContainerConfig) {
 			c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/a/../../b", HostPath: "/tmp"}}
 		},
+		// Refused before the image volume is mounted.
+		"image volume with unknown mount option": func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/v", Readonly: true, Image: &runtimeapi.ImageSpec{Image: "busybox"}, MountOptions: []string{"suid"}}}
+		},
 	}
 	for name, mut := range bad {
 		cfg := containerConfig("x")

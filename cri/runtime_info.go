@@ -40,7 +40,7 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 	resp := &runtimeapi.StatusResponse{
 		Status:          &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{runtimeCond, netCond}},
 		RuntimeHandlers: s.runtimeHandlers(),
-		Features:        &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true},
+		Features:        &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true, MountOptions: true},
 	}
 	if req.GetVerbose() {
 		resp.Info = map[string]string{"config": s.configJSON()}

@@ -42,6 +42,9 @@ func TestStatusReflectsSystemdAndCNI(t *testing.T) {
 	if !cond(st, runtimeapi.RuntimeReady).Status {
 		t.Fatal("runtime not ready with a live systemd")
 	}
+	if f := st.GetFeatures(); !f.GetMountOptions() || !f.GetSupplementalGroupsPolicy() {
+		t.Errorf("runtime features %+v: mount_options and supplemental_groups_policy are implemented", f)
+	}
 	if n := cond(st, runtimeapi.NetworkReady); n.Status || n.Reason == "" {
 		t.Fatalf("network ready without CNI config: %+v", n)
 	}
