@@ -120,6 +120,10 @@ type GC struct {
 // node's log relay always writes.
 type Logs struct {
 	Journald bool `toml:"journald" doc:"Also hand container output to journald (journalctl -u podunit-ctr-<id>.service, CONTAINER_ID=...); best effort, never delays the CRI log file. Applies to containers started afterwards."`
+	// A chatty container would otherwise load journald for the whole node;
+	// the limit is journald's own per-unit one, so it only thins the journal.
+	JournaldRateLimitInterval Duration `toml:"journald_rate_limit_interval" doc:"Per container: journald keeps at most journald_rate_limit_burst lines in each window this long and drops the rest from the journal (never from the CRI log file); 0 turns the limit off. Applies to containers started afterwards."`
+	JournaldRateLimitBurst    uint32   `toml:"journald_rate_limit_burst" doc:"Lines per container and window that reach the journal (journald scales it up with free disk space, like its other limits); 0 turns the limit off."`
 }
 
 // CDI is the Container Device Interface: device vendors (GPU drivers,
@@ -167,7 +171,9 @@ func Default() Config {
 		},
 		Streaming: Streaming{Address: "127.0.0.1:0"},
 		GC:        GC{Interval: Duration(5 * time.Minute)},
-		Logs:      Logs{Journald: true},
+		// journald's own defaults for every other unit (RateLimitIntervalSec,
+		// RateLimitBurst in journald.conf).
+		Logs: Logs{Journald: true, JournaldRateLimitInterval: Duration(30 * time.Second), JournaldRateLimitBurst: 10000},
 		// containerd 2.x's defaults: on, the two directories of the CDI spec.
 		CDI: CDI{Enabled: true, SpecDirs: []string{"/etc/cdi", "/var/run/cdi"}},
 	}
@@ -236,6 +242,11 @@ func (c *Config) Validate() error {
 	}
 	if _, ok := c.Runtime.Handlers[c.Runtime.DefaultHandler]; !ok {
 		bad("runtime.default_handler", "%q is not among runtime.handlers", c.Runtime.DefaultHandler)
+	}
+	if c.Logs.JournaldRateLimitInterval < 0 {
+		bad("logs.journald_rate_limit_interval", "must not be negative")
+	} else if d := c.Logs.JournaldRateLimitInterval.D(); d%time.Microsecond != 0 {
+		bad("logs.journald_rate_limit_interval", "systemd counts in microseconds, got %s", d)
 	}
 	if c.Runtime.StartTimeout <= 0 {
 		bad("runtime.start_timeout", "must be positive")

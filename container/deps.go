@@ -86,6 +86,9 @@ type Options struct {
 	// NoJournal keeps container output out of journald (config
 	// logs.journald = false): the relay writes only the CRI log file.
 	NoJournal bool
+	// JournalRateLimit is journald's limit on each container's lines
+	// (logs.journald_rate_limit_*).
+	JournalRateLimit unitprops.RateLimit
 	// DefaultHandler is used when the pod names no runtime handler
 	// (runtime.default_handler); it must be one of Deps.Runtimes.
 	DefaultHandler string
