@@ -65,6 +65,7 @@ func TestInHarness(t *testing.T) {
 	t.Run("LogRelayKilledMidBurst", func(t *testing.T) { ie.relayKilledMidBurst(ctx, t) })
 	t.Run("LogReopenMidBurst", func(t *testing.T) { ie.reopenMidBurst(ctx, t) })
 	t.Run("JournalRateLimit", func(t *testing.T) { ie.journalRateLimit(ctx, t) })
+	t.Run("LogDiskFull", func(t *testing.T) { ie.logDiskFull(ctx, t) })
 	t.Run("FastPaths", func(t *testing.T) { ie.fastPaths(ctx, t) })
 	t.Run("CDIDevices", func(t *testing.T) { ie.cdiDevices(ctx, t) })
 	t.Run("BindMountOptions", func(t *testing.T) { ie.bindMountOptions(ctx, t) })

@@ -329,3 +329,78 @@ func (ie *inside) journalRateLimit(ctx context.Context, t *testing.T) {
 	}
 	ie.assertNoLeaks(ctx, t)
 }
+
+// logDiskFull: the pod log directory is a 64 KiB tmpfs, three quarters
+// full. The container outruns it and is not held up; the relay counts the
+// ENOSPC writes and reports the stream failing (podunit's metrics read
+// this); once space returns the next line is written to the same file and
+// nothing is failing any more.
+func (ie *inside) logDiskFull(ctx context.Context, t *testing.T) {
+	dir := filepath.Join(itestDir, "fulllogs")
+	os.MkdirAll(dir, 0o755)
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "podunit-itest-full", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v %s", err, out)
+	}
+	defer exec.Command("umount", dir).Run()
+	filler := filepath.Join(dir, "filler")
+	if err := os.WriteFile(filler, bytes.Repeat([]byte("f"), 48<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deps := ie.deps
+	deps.Pods = itestPods{logDir: dir}
+	m, err := New(ie.opts, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	relay := logrelay.Client{Socket: ie.opts.LogRelaySocket}
+	before, err := relay.Stats(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ie.run(ctx, t, m, shConfig("full", `line=$(head -c 1000 /dev/zero | tr '\0' x); i=0
+while [ $i -lt 40 ]; do echo "$i $line"; i=$((i+1)); done
+touch /tmp/phase1; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo after-space-returned; sleep 1000`))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, _, code, _ := m.ExecSync(ctx, id, []string{"test", "-e", "/tmp/phase1"}, 5); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the container did not get past its output: held up by the full log file system")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	st, err := relay.Stats(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.NoSpaceErrors <= before.NoSpaceErrors || st.FailingStreams != before.FailingStreams+1 {
+		t.Fatalf("relay stats %+v (before %+v): want more no-space errors and one more failing stream", st, before)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, code, err := m.ExecSync(ctx, id, []string{"touch", "/tmp/go"}, 5); code != 0 || err != nil {
+		t.Fatalf("touch /tmp/go: %d %v", code, err)
+	}
+	logPath := filepath.Join(dir, "full.log")
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(logPath)
+		st, err = relay.Stats(5 * time.Second)
+		if err == nil && strings.Contains(string(b), " stdout F after-space-returned\n") && st.FailingStreams == before.FailingStreams {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after space returned: stats %+v (%v), log file ends %q", st, err, b[max(0, len(b)-200):])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	ie.assertNoLeaks(ctx, t)
+}

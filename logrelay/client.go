@@ -181,6 +181,29 @@ func (c Client) Reopen(id string) error {
 	return fmt.Errorf("log relay: %s", reply)
 }
 
+// Stats are the relay's CRI log file figures since it started.
+type Stats struct {
+	// FailingStreams cannot write their CRI log file now.
+	FailingStreams int64
+	// NoSpaceErrors and OtherErrors count failed writes of a chunk:
+	// ENOSPC/EDQUOT (the log file system is full), and anything else.
+	NoSpaceErrors, OtherErrors uint64
+}
+
+// Stats asks the relay for its figures.
+func (c Client) Stats(timeout time.Duration) (Stats, error) {
+	reply, err := call(c.Socket, "STATS", nil, timeout)
+	if err != nil {
+		return Stats{}, err
+	}
+	var st Stats
+	if _, err := fmt.Sscanf(reply, replyOK+" failing=%d nospace=%d other=%d", &st.FailingStreams, &st.NoSpaceErrors, &st.OtherErrors); err != nil {
+		// A relay older than podunit (never restarted by it) knows no STATS.
+		return Stats{}, fmt.Errorf("log relay: STATS: %q", reply)
+	}
+	return st, nil
+}
+
 // Ping checks that a relay answers at socket.
 func Ping(socket string, timeout time.Duration) error {
 	reply, err := call(socket, "PING", nil, timeout)

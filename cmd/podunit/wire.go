@@ -33,6 +33,7 @@ type services struct {
 	hub     *events.Hub
 	metrics *metricsEndpoint
 	gc      *gc.Runner
+	relay   logrelay.Client
 	stop    []func()
 }
 
@@ -120,6 +121,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	// outlives podunit.
 	relaySock := filepath.Join(cfg.Paths.RunDir, "logrelay.sock")
 	lm := logrelay.Client{Socket: relaySock}
+	s.relay = lm
 	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
 	err = logrelay.Ensure(rctx, sd, copts.Self, relaySock, filepath.Join(cfg.Paths.RunDir, "logrelay"))
 	rcancel()

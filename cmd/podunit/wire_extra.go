@@ -16,6 +16,7 @@ import (
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/events"
 	"github.com/podunit/podunit/gc"
+	"github.com/podunit/podunit/logrelay"
 	"github.com/podunit/podunit/metrics"
 	"github.com/podunit/podunit/network"
 	"github.com/podunit/podunit/sandbox"
@@ -143,6 +144,7 @@ func startMetrics(addr string, s *services, hub *events.Hub, log *slog.Logger) (
 			return out
 		},
 		EventSubscribers: hub.Subscribers,
+		LogRelayStats:    func() (logrelay.Stats, error) { return s.relay.Stats(2 * time.Second) },
 	})
 	if err != nil {
 		return nil, err
