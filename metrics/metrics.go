@@ -55,7 +55,11 @@ func newRelayCollector(fn func() (logrelay.Stats, error)) relayCollector {
 	}
 }
 
-func (c relayCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.up; ch <- c.failing; ch <- c.errs }
+func (c relayCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.up
+	ch <- c.failing
+	ch <- c.errs
+}
 
 func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 	st, err := c.fn()
