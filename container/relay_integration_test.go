@@ -268,7 +268,7 @@ func (ie *inside) reopenMidBurst(ctx context.Context, t *testing.T) {
 		if err := os.Rename(logPath, rotated); err != nil {
 			t.Fatal(err)
 		}
-		if err := cl.Reopen(id); err != nil {
+		if err := cl.Reopen(id, logPath); err != nil {
 			t.Fatalf("reopen %d: %v", i, err)
 		}
 		files = append(files, rotated)

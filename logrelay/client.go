@@ -162,9 +162,12 @@ func (c Client) Flush(ctx context.Context, id string) error {
 
 // Reopen makes the relay write the container's output to a new file at
 // its log path (the kubelet renamed the old one); it returns once the
-// switch is done. errdefs.ErrNotFound: the relay writes no log file for
-// the container.
-func (c Client) Reopen(id string) error {
+// switch is done. A container that runs on after closing both its
+// streams has no writer left: the relay forgot it, and Reopen only makes
+// sure a file is at path, as after any reopen (the kubelet reads the path
+// and rotates again). errdefs.ErrNotFound: the relay writes no log file
+// for the container and path is empty.
+func (c Client) Reopen(id, path string) error {
 	if !ValidID(id) {
 		return fmt.Errorf("log relay: bad container id %q", id)
 	}
@@ -176,7 +179,14 @@ func (c Client) Reopen(id string) error {
 	case replyOK:
 		return nil
 	case replyUnknown:
-		return fmt.Errorf("log relay: no log file for container %s: %w", id, errdefs.ErrNotFound)
+		if path == "" {
+			return fmt.Errorf("log relay: no log file for container %s: %w", id, errdefs.ErrNotFound)
+		}
+		f, err := openLogFile(path, -1, -1)
+		if err != nil {
+			return fmt.Errorf("log relay: container %s has no output left; new log file: %w", id, err)
+		}
+		return f.Close()
 	}
 	return fmt.Errorf("log relay: %s", reply)
 }
