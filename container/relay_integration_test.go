@@ -5,6 +5,7 @@ package container
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -330,8 +331,10 @@ func (ie *inside) journalRateLimit(ctx context.Context, t *testing.T) {
 	ie.assertNoLeaks(ctx, t)
 }
 
-// logDiskFull: the pod log directory is a 64 KiB tmpfs, three quarters
-// full. The container outruns it and is not held up; the relay counts the
+// logDiskFull: the pod log directory is a 64 KiB tmpfs, full. The
+// container's lines are longer than a page (a shorter one could still fit
+// in the slack of the file's last page), so every write fails; the
+// container is not held up; the relay counts the
 // ENOSPC writes and reports the stream failing (podunit's metrics read
 // this); once space returns the next line is written to the same file and
 // nothing is failing any more.
@@ -343,8 +346,16 @@ func (ie *inside) logDiskFull(ctx context.Context, t *testing.T) {
 	}
 	defer exec.Command("umount", dir).Run()
 	filler := filepath.Join(dir, "filler")
-	if err := os.WriteFile(filler, bytes.Repeat([]byte("f"), 48<<10), 0o644); err != nil {
+	ff, err := os.Create(filler)
+	if err != nil {
 		t.Fatal(err)
+	}
+	for err == nil {
+		_, err = ff.Write(bytes.Repeat([]byte("f"), 4096))
+	}
+	ff.Close()
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("filling the tmpfs: %v", err)
 	}
 	deps := ie.deps
 	deps.Pods = itestPods{logDir: dir}
@@ -360,8 +371,8 @@ func (ie *inside) logDiskFull(ctx context.Context, t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := ie.run(ctx, t, m, shConfig("full", `line=$(head -c 1000 /dev/zero | tr '\0' x); i=0
-while [ $i -lt 40 ]; do echo "$i $line"; i=$((i+1)); done
+	id := ie.run(ctx, t, m, shConfig("full", `line=$(head -c 5000 /dev/zero | tr '\0' x); i=0
+while [ $i -lt 10 ]; do echo "$i $line"; i=$((i+1)); done
 touch /tmp/phase1; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo after-space-returned; sleep 1000`))
 	deadline := time.Now().Add(30 * time.Second)
 	for {
