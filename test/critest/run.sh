@@ -164,10 +164,13 @@ bin_dirs = ["/usr/lib/cni", "/opt/cni/bin"]
 [streaming]
 address = "127.0.0.1:0"
 
-# critest's NRI specs connect their plugin stubs here (-nri-socket)
+# critest's NRI specs connect their plugin stubs here (-nri-socket); their
+# late-joining plugins hold Synchronize open for 2s on purpose, longer than
+# NRI's default 2s request timeout would let them stay registered
 [nri]
 enabled = true
 socket_path = "/run/nri/nri.sock"
+request_timeout = "10s"
 EOF
 cp "$BASE/etc/podunit.toml" "$CRITEST_OUT/podunit.toml"
 
