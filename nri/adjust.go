@@ -112,12 +112,18 @@ func applyAdjustment(r adjustRequest) (*runtimeapi.LinuxContainerResources, erro
 		return nil, unsupported("network devices")
 	case l.GetScheduler() != nil:
 		return nil, unsupported("scheduler")
-	case l.GetRdt() != nil:
+	case rdtSet(l.GetRdt()):
 		return nil, unsupported("RDT")
 	case l.GetMemoryPolicy() != nil:
 		return nil, unsupported("memory policy")
 	}
 	return res, nil
+}
+
+// rdtSet: the NRI library hands an empty RDT adjustment to every create
+// a plugin adjusts; and removing RDT settings podunit never makes is moot.
+func rdtSet(r *api.LinuxRdt) bool {
+	return r.GetClosId() != nil || r.GetSchemata() != nil || r.GetEnableMonitoring() != nil
 }
 
 func cdiNames(ds []*api.CDIDevice) []string {

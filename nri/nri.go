@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/containerd/nri/pkg/adaptation"
@@ -74,6 +75,8 @@ var (
 	_ sandbox.Plugins   = (*Runtime)(nil)
 )
 
+var setGlobals sync.Once
+
 // New prepares the runtime side; Start serves plugins once Attach has
 // given it the managers.
 func New(opts Options) (*Runtime, error) {
@@ -84,9 +87,14 @@ func New(opts Options) (*Runtime, error) {
 		return nil, fmt.Errorf("nri: socket path and timeouts are required: %w", errdefs.ErrInvalid)
 	}
 	r := &Runtime{opts: opts, log: opts.Logger}
-	nrilog.Set(logger{opts.Logger})
-	adaptation.SetPluginRegistrationTimeout(opts.RegistrationTimeout)
-	adaptation.SetPluginRequestTimeout(opts.RequestTimeout)
+	// The NRI library keeps its logger and timeouts in globals, read by
+	// its goroutines without locks: set once per process (podunit has
+	// one Runtime).
+	setGlobals.Do(func() {
+		nrilog.Set(logger{opts.Logger})
+		adaptation.SetPluginRegistrationTimeout(opts.RegistrationTimeout)
+		adaptation.SetPluginRequestTimeout(opts.RequestTimeout)
+	})
 	aopts := []adaptation.Option{
 		adaptation.WithPluginPath(opts.PluginPath),
 		adaptation.WithPluginConfigPath(opts.PluginConfigPath),
