@@ -66,6 +66,7 @@ func TestInHarness(t *testing.T) {
 	t.Run("LogReopenMidBurst", func(t *testing.T) { ie.reopenMidBurst(ctx, t) })
 	t.Run("FastPaths", func(t *testing.T) { ie.fastPaths(ctx, t) })
 	t.Run("CDIDevices", func(t *testing.T) { ie.cdiDevices(ctx, t) })
+	t.Run("PluginAdjust", func(t *testing.T) { ie.pluginAdjust(ctx, t) })
 	t.Run("Lifecycle200", func(t *testing.T) { ie.churn(ctx, t, 200) })
 }
 

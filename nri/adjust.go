@@ -202,14 +202,14 @@ func adjustHooks(s *specs.Spec, h *api.Hooks) {
 	if s.Hooks == nil {
 		s.Hooks = &specs.Hooks{}
 	}
-	add(&s.Hooks.Prestart, h.GetPrestart()) //nolint:staticcheck // plugins may still ask for it
+	add(&s.Hooks.Prestart, h.GetPrestart())
 	add(&s.Hooks.CreateRuntime, h.GetCreateRuntime())
 	add(&s.Hooks.CreateContainer, h.GetCreateContainer())
 	add(&s.Hooks.StartContainer, h.GetStartContainer())
 	add(&s.Hooks.Poststart, h.GetPoststart())
 	add(&s.Hooks.Poststop, h.GetPoststop())
 	hs := s.Hooks
-	if len(hs.Prestart)+len(hs.CreateRuntime)+len(hs.CreateContainer)+len(hs.StartContainer)+len(hs.Poststart)+len(hs.Poststop) == 0 { //nolint:staticcheck // Prestart
+	if len(hs.Prestart)+len(hs.CreateRuntime)+len(hs.CreateContainer)+len(hs.StartContainer)+len(hs.Poststart)+len(hs.Poststop) == 0 {
 		s.Hooks = nil
 	}
 }
