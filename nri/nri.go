@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/nri/pkg/adaptation"
@@ -68,6 +69,10 @@ type Runtime struct {
 	pods Pods
 	ctrs Containers
 	cdi  *oci.CDIRegistry
+	// started: no plugin can be connected before Start, and the
+	// managers' recovery (exits seen while podunit was down) runs
+	// before it: their events go to nobody.
+	started atomic.Bool
 }
 
 var (
@@ -142,6 +147,7 @@ func (r *Runtime) Start() error {
 	if err := r.nri.Start(); err != nil {
 		return fmt.Errorf("nri: %w", err)
 	}
+	r.started.Store(true)
 	r.log.Info("NRI serving", "socket", r.opts.SocketPath, "plugins", r.opts.PluginPath, "connections", !r.opts.DisableConnections)
 	return nil
 }
@@ -232,9 +238,11 @@ func (r *Runtime) evict(ctx context.Context, evict []*api.ContainerEviction) {
 	}
 }
 
-// pod looks up a container's pod for its events; a pod being created is
-// not listed yet, so it is looked up without a ready check.
+// pod looks up a container's pod for its events, whatever its state.
 func (r *Runtime) pod(ctx context.Context, id string) (*api.PodSandbox, error) {
+	if r.pods == nil {
+		return nil, fmt.Errorf("nri: not attached: %w", errdefs.ErrUnavailable)
+	}
 	sb, err := r.pods.Get(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("nri: pod %s: %w", id, err)
@@ -381,6 +389,9 @@ func (r *Runtime) RemoveContainer(ctx context.Context, c *container.Info) {
 // inform delivers an event whose failure cannot undo what happened: it
 // is logged.
 func (r *Runtime) inform(ctx context.Context, c *container.Info, event string, call func(*api.PodSandbox, *api.Container) error) {
+	if !r.started.Load() {
+		return
+	}
 	pod, err := r.pod(ctx, c.PodID)
 	if err == nil {
 		err = call(pod, nriContainer(c, nil))

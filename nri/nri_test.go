@@ -318,3 +318,15 @@ func TestPluginRefusals(t *testing.T) {
 		t.Errorf("create in unknown pod: %v", err)
 	}
 }
+
+// Exits found while the managers recover, before Start, go to nobody.
+func TestEventsBeforeStart(t *testing.T) {
+	rt, err := New(Options{SocketPath: filepath.Join(t.TempDir(), "nri.sock"), RegistrationTimeout: time.Second, RequestTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt.StopContainer(context.Background(), &container.Info{ID: "c1", PodID: "pod1"})
+	if err := rt.Start(); err == nil {
+		t.Error("Start before Attach succeeded")
+	}
+}
