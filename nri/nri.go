@@ -183,6 +183,9 @@ func (r *Runtime) updateContainers(ctx context.Context, updates []*api.Container
 	var failed []*api.ContainerUpdate
 	var errs []error
 	for _, u := range updates {
+		if u == nil {
+			continue
+		}
 		if err := r.applyUpdate(ctx, u); err != nil {
 			failed = append(failed, u)
 			if !u.GetIgnoreFailure() {
@@ -212,7 +215,9 @@ func (r *Runtime) applyUpdate(ctx context.Context, u *api.ContainerUpdate) error
 func (r *Runtime) background(ctx context.Context, self string, updates []*api.ContainerUpdate, evict []*api.ContainerEviction) {
 	var others []*api.ContainerUpdate
 	for _, u := range updates {
-		if u.GetContainerId() != self {
+		// (the adaptation answers an UpdateContainer with a nil entry
+		// when no plugin changed the container being updated)
+		if u != nil && u.GetContainerId() != self {
 			others = append(others, u)
 		}
 	}

@@ -94,6 +94,7 @@ type plugin struct {
 	updates  []*api.ContainerUpdate
 	ready    chan struct{}
 	syncOnce sync.Once
+	noUpdate bool
 }
 
 func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
@@ -129,6 +130,12 @@ func (p *plugin) CreateContainer(_ context.Context, pod *api.PodSandbox, c *api.
 }
 
 func (p *plugin) UpdateContainer(_ context.Context, _ *api.PodSandbox, c *api.Container, r *api.LinuxResources) ([]*api.ContainerUpdate, error) {
+	p.mu.Lock()
+	none := p.noUpdate
+	p.mu.Unlock()
+	if none {
+		return nil, nil
+	}
 	p.event(fmt.Sprintf("update %s cpus %q", c.GetName(), r.GetCpu().GetCpus()))
 	u := &api.ContainerUpdate{}
 	u.SetContainerId(c.GetId())
@@ -265,6 +272,19 @@ func TestPluginRoundTrip(t *testing.T) {
 	}
 	if got.GetCpusetCpus() != "3" {
 		t.Errorf("update: plugin's cpuset not applied: %v", got)
+	}
+	p.mu.Lock()
+	p.noUpdate = true
+	p.mu.Unlock()
+	r.ctrs.mu.Lock()
+	r.ctrs.applied = map[string]*runtimeapi.LinuxContainerResources{}
+	r.ctrs.mu.Unlock()
+	if got, err := r.rt.UpdateContainer(ctx, info, &runtimeapi.LinuxContainerResources{CpusetCpus: "2"}); err != nil || got.GetCpusetCpus() != "2" {
+		t.Errorf("update nobody changed: %v, %v", got, err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := len(r.ctrs.applied); n != 0 {
+		t.Errorf("an unchanged update touched %d containers", n)
 	}
 	info.State = container.StateExited
 	r.rt.StopContainer(ctx, info)
