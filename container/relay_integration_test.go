@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/podunit/podunit/logrelay"
+	"github.com/podunit/podunit/unitprops"
 )
 
 // The node's log relay may die at any moment: systemd restarts it, the
@@ -276,4 +278,54 @@ func (ie *inside) reopenMidBurst(ctx context.Context, t *testing.T) {
 	if err := m.Remove(ctx, id); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// journalRateLimit: with logs.journald_rate_limit_* set, journald keeps
+// only part of a chatty container's 20,000 lines and says it suppressed
+// the rest (once a line arrives after the window), while the CRI log file
+// has every one of them.
+func (ie *inside) journalRateLimit(ctx context.Context, t *testing.T) {
+	const n = 20000
+	opts := ie.opts
+	opts.JournalRateLimit = unitprops.RateLimit{Interval: 2 * time.Second, Burst: 200}
+	m, err := New(opts, ie.deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id := ie.run(ctx, t, m, shConfig("ratelimit", fmt.Sprintf(`i=0; while [ $i -lt %d ]; do echo line-$i; i=$((i+1)); done; sleep 3; echo after-the-window`, n)))
+	ie.waitExited(ctx, t, m, id, 2*time.Minute)
+	b, err := os.ReadFile(filepath.Join(ie.logDir, "ratelimit.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(b), " stdout F line-"); got != n || !strings.Contains(string(b), "after-the-window") {
+		t.Errorf("CRI log has %d lines, want %d: the journal's limit must not touch it", got, n)
+	}
+	unit := unitName(id)
+	var journal int
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _ := exec.CommandContext(ctx, "journalctl", "--no-pager", "-o", "cat", "-u", unit, "CONTAINER_ID="+id).Output()
+		journal = strings.Count(string(out), "line-")
+		if strings.Contains(string(out), "after-the-window") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// journald scales the burst with free disk space (up to 16 times
+	// here), so only bound it from both sides.
+	if journal < 200 || journal >= n {
+		t.Errorf("journal has %d of the %d lines, want the burst (200, scaled by free space) and not all", journal, n)
+	}
+	out, _ := exec.CommandContext(ctx, "journalctl", "--no-pager", "-o", "cat", "_TRANSPORT=driver").Output()
+	if !strings.Contains(string(out), "messages from "+unit) {
+		t.Errorf("journald did not report suppressing %s's lines:\n%s", unit, out)
+	}
+	if err := m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	ie.assertNoLeaks(ctx, t)
 }

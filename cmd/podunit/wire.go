@@ -31,7 +31,7 @@ type services struct {
 	ctrs    *container.Manager
 	stream  *streaming.Server
 	hub     *events.Hub
-	metrics *metrics.Server
+	metrics *metricsEndpoint
 	gc      *gc.Runner
 	stop    []func()
 }
@@ -44,9 +44,7 @@ func (s *services) close() {
 		s.stream.Close()
 	}
 	if s.metrics != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		s.metrics.Stop(ctx)
-		cancel()
+		s.metrics.stop()
 	}
 	if s.hub != nil {
 		s.hub.Close()
@@ -57,8 +55,9 @@ func (s *services) close() {
 	s.systemd.Close()
 }
 
-// wire builds podunit's packages from the configuration.
-func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs []*os.File) (*services, error) {
+// wire builds podunit's packages from the configuration and gives rl the
+// steps that apply a reloaded one to them.
+func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs []*os.File, rl *reloader) (*services, error) {
 	sd, err := systemd.New(systemd.Options{
 		CallTimeout:     cfg.Systemd.CallTimeout.D(),
 		MaxParallelJobs: cfg.Systemd.MaxParallelJobs,
@@ -73,16 +72,17 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 		log.Warn("systemd not reachable over D-Bus yet", "err", err)
 	}
 	s := &services{systemd: sd}
+	il := imageLive(cfg)
 	images, err := imagestore.New(ctx, imagestore.Options{
 		Root:                cfg.Image.StorageRoot,
 		RunRoot:             cfg.Image.StorageRunRoot,
 		Driver:              cfg.Image.StorageDriver,
-		RegistriesConf:      cfg.Image.RegistriesConf,
-		PolicyPath:          cfg.Image.PolicyPath,
-		AuthFile:            cfg.Image.AuthFile,
-		PullProgressTimeout: cfg.Image.PullProgressTimeout.D(),
+		RegistriesConf:      il.RegistriesConf,
+		PolicyPath:          il.PolicyPath,
+		AuthFile:            il.AuthFile,
+		PullProgressTimeout: il.PullProgressTimeout,
 		MaxParallelPulls:    cfg.Image.MaxParallelPulls,
-		PinnedImages:        append([]string{cfg.Image.PauseImage}, cfg.Image.PinnedImages...),
+		PinnedImages:        il.PinnedImages,
 		Logger:              log.With("component", "images"),
 	})
 	if err != nil {
@@ -90,10 +90,6 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	}
 	s.images = images
 
-	handlers := make([]string, 0, len(cfg.Runtime.Handlers))
-	for name := range cfg.Runtime.Handlers {
-		handlers = append(handlers, name)
-	}
 	plugins, err := newNRI(cfg, log)
 	if err != nil {
 		return nil, err
@@ -105,7 +101,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 		CNIBinDirs:  cfg.CNI.BinDirs,
 		ParentSlice: cfg.Systemd.ParentSlice,
 		OpTimeout:   cfg.Systemd.CallTimeout.D(),
-		Handlers:    handlers,
+		Handlers:    handlerNames(cfg),
 		Systemd:     sd,
 		Logger:      log.With("component", "pods"),
 		Plugins:     plugins.sandbox(),
@@ -141,8 +137,10 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	if err != nil {
 		return nil, err
 	}
-	// Handlers change only with the configuration: asked once, kept for
-	// CreateContainer's checks and Status's RuntimeHandlerFeatures.
+	// Handlers change only with the configuration: asked now and, for new
+	// or changed handlers, at a reload (Manager.SetRuntimes); the manager
+	// keeps them for CreateContainer's checks and Status's
+	// RuntimeHandlerFeatures (Manager.HandlerFeatures).
 	features := container.ProbeFeatures(ctx, runtimes, log.With("component", "containers"))
 	ctrs, err := container.New(copts, container.Deps{
 		Systemd: sd, Images: images, Pods: container.SandboxPods(pods), Runtimes: runtimes, Features: features, Logs: lm, Events: hub,
@@ -171,8 +169,8 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	}
 	s.gc = gc.NewRunner(log.With("component", "gc"), collectors(cfg, s, 10*time.Minute)...)
 	go s.gc.Loop(ctx, cfg.GC.Interval.D())
-	if stopAdmin, err := serveAdmin(cfg.Paths.RunDir, s.gc, log); err != nil {
-		log.Warn("admin socket unavailable: podunit gc will not work", "err", err)
+	if stopAdmin, err := serveAdmin(cfg.Paths.RunDir, s.gc, rl, log); err != nil {
+		log.Warn("admin socket unavailable: podunit gc and podunit reload will not work (SIGHUP still reloads)", "err", err)
 	} else {
 		s.stop = append(s.stop, stopAdmin)
 	}
@@ -189,12 +187,18 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	}
 
 	s.cri = cri.New(cri.Deps{
-		Config: cfg, Systemd: sd, Images: images, Pods: pods, Containers: ctrs, Logs: lm, Stream: s.stream,
+		Config: rl.current, Systemd: sd, Images: images, Pods: pods, Containers: ctrs, Logs: lm, Stream: s.stream,
 		Stats:   statsDeps(s, reader, s.hub, cfg.Image.StorageRoot),
-		Network: pods.NetworkReady, Features: features, Version: podunitVersion(), Logger: log,
+		Network: pods.NetworkReady, Handlers: ctrs.HandlerFeatures, Version: podunitVersion(), Logger: log,
 	})
-	if s.metrics, err = startMetrics(cfg, s, s.hub, log); err != nil {
+	s.metrics = &metricsEndpoint{start: func(addr string) (*metrics.Server, error) { return startMetrics(addr, s, s.hub, log) }}
+	if err := s.metrics.set(cfg.Metrics.Address); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
+	steps := reloadSteps(s)
+	if err := coverLiveKeys(steps); err != nil {
+		return nil, err
+	}
+	rl.setSteps(steps)
 	return s, nil
 }

@@ -121,11 +121,8 @@ func statsDeps(s *services, reader *stats.Reader, hub *events.Hub, storageRoot s
 	return cri.StatsDeps{Collector: collector, Hub: hub}
 }
 
-// startMetrics serves Prometheus metrics (and pprof) when configured.
-func startMetrics(cfg *config.Config, s *services, hub *events.Hub, log *slog.Logger) (*metrics.Server, error) {
-	if cfg.Metrics.Address == "" {
-		return nil, nil
-	}
+// startMetrics serves Prometheus metrics (and pprof) on addr.
+func startMetrics(addr string, s *services, hub *events.Hub, log *slog.Logger) (*metrics.Server, error) {
 	var cs []prometheus.Collector
 	cs = append(cs, systemd.Collectors()...)
 	cs = append(cs, systemd.WatcherCollectors()...)
@@ -150,7 +147,7 @@ func startMetrics(cfg *config.Config, s *services, hub *events.Hub, log *slog.Lo
 	if err != nil {
 		return nil, err
 	}
-	return metrics.Start(cfg.Metrics.Address, reg, log.With("component", "metrics"))
+	return metrics.Start(addr, reg, log.With("component", "metrics"))
 }
 
 // collectors are the garbage collectors run at start (minAge 0, before the
