@@ -171,8 +171,9 @@ func (r *Runtime) synchronize(ctx context.Context, cb adaptation.SyncCB) error {
 	if err != nil {
 		return err
 	}
-	if failed, err := r.updateContainers(ctx, updates); err != nil || len(failed) > 0 {
-		return fmt.Errorf("nri: synchronization updates of %d containers failed: %v", len(failed), err)
+	// Failures the plugin marked IgnoreFailure are only logged.
+	if failed, err := r.updateContainers(ctx, updates); err != nil {
+		return fmt.Errorf("nri: synchronization updates of %d containers failed: %w", len(failed), err)
 	}
 	return nil
 }
