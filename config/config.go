@@ -29,6 +29,7 @@ type Config struct {
 	GC        GC        `toml:"gc"`
 	Logs      Logs      `toml:"logs"`
 	CDI       CDI       `toml:"cdi"`
+	NRI       NRI       `toml:"nri"`
 }
 
 // Server is the CRI endpoint.
@@ -176,6 +177,15 @@ func Default() Config {
 		Logs: Logs{Journald: true, JournaldRateLimitInterval: Duration(30 * time.Second), JournaldRateLimitBurst: 10000},
 		// containerd 2.x's defaults: on, the two directories of the CDI spec.
 		CDI: CDI{Enabled: true, SpecDirs: []string{"/etc/cdi", "/var/run/cdi"}},
+		// Off, as in CRI-O before 1.30: plugins see every pod and may
+		// change every container. The paths are NRI's own defaults.
+		NRI: NRI{
+			SocketPath:          "/var/run/nri/nri.sock",
+			PluginPath:          "/opt/nri/plugins",
+			PluginConfigPath:    "/etc/nri/conf.d",
+			RegistrationTimeout: Duration(5 * time.Second),
+			RequestTimeout:      Duration(2 * time.Second),
+		},
 	}
 }
 
@@ -299,6 +309,7 @@ func (c *Config) Validate() error {
 	for _, d := range c.CDI.SpecDirs {
 		abs("cdi.spec_dirs", d, false)
 	}
+	errs = append(errs, c.NRI.validate()...)
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid configuration: %s", strings.Join(errs, "; "))
 	}

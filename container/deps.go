@@ -138,6 +138,8 @@ type Deps struct {
 	// Events receives the container lifecycle events for the CRI's
 	// GetContainerEvents; nil means none are published.
 	Events Publisher
+	// Plugins see and adjust the container lifecycle (NRI); nil: none.
+	Plugins Plugins
 }
 
 // Publisher takes container events (events.Hub); it must never block.

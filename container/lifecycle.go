@@ -105,6 +105,11 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("start container %s: %w", id, err)
 	}
+	if m.plugins != nil {
+		if err := m.plugins.StartContainer(ctx, c.rec.info(0)); err != nil {
+			return fmt.Errorf("start container %s: %w", id, err)
+		}
+	}
 	// A pid file or exit record left by an earlier attempt would be read
 	// as this run's.
 	for _, p := range []string{m.pidFile(id), m.pidFile(id) + ".relay", m.exitFile(id)} {
@@ -139,6 +144,9 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	if startErr == nil {
 		m.captureInit(c)
 		m.publish(runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT, id, r.PodID)
+		if m.plugins != nil {
+			m.plugins.PostStartContainer(ctx, r.info(c.init.pid))
+		}
 		return nil
 	}
 	// The unit failed or never started. Wait briefly for ExecStopPost's
@@ -170,6 +178,7 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 		c.rec = r
 		m.publish(runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT, id, r.PodID)
 		m.publish(runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, id, r.PodID)
+		m.pluginsStopped(ctx, r)
 		return nil
 	}
 	if msg == "" {
@@ -182,6 +191,7 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 		m.opts.Logger.Warn("record failed start", "container", id, "err", err)
 	}
 	c.rec = r
+	m.pluginsStopped(ctx, r)
 	return fmt.Errorf("start container %s: %s: %w", id, msg, errdefs.ErrPrecondition)
 }
 
@@ -387,6 +397,7 @@ func (m *Manager) settleLocked(ctx context.Context, c *ctr, state string, svc ma
 	// Every running → exited transition passes here (a status read, a
 	// stop, a unit signal, recovery), so STOPPED is published exactly once.
 	m.publish(runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, r.ID, r.PodID)
+	m.pluginsStopped(ctx, n)
 }
 
 // flushLog waits, bounded, until the CRI log holds the container's last

@@ -53,6 +53,7 @@ type Manager struct {
 	features map[string]oci.Features
 	logs     Logs      // may be nil
 	evs      Publisher // may be nil
+	plugins  Plugins   // may be nil
 	// procRoot is where /proc is (tests point it at a fake one).
 	procRoot string
 
@@ -78,7 +79,7 @@ func New(opts Options, deps Deps) (*Manager, error) {
 		}
 	}
 	return &Manager{
-		opts: opts, sd: deps.Systemd, imgs: deps.Images, pods: deps.Pods, rts: deps.Runtimes, defHandler: opts.DefaultHandler, features: deps.Features, logs: deps.Logs, evs: deps.Events,
+		opts: opts, sd: deps.Systemd, imgs: deps.Images, pods: deps.Pods, rts: deps.Runtimes, defHandler: opts.DefaultHandler, features: deps.Features, logs: deps.Logs, evs: deps.Events, plugins: deps.Plugins,
 		procRoot: "/proc", ctrs: map[string]*ctr{}, names: map[string]string{},
 	}, nil
 }
@@ -348,6 +349,17 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 	if spec.Process != nil {
 		spec.Process.Terminal = false
 	}
+	if m.plugins != nil {
+		// Held until the container is listed: a plugin registering
+		// meanwhile is synchronized after, and sees it there.
+		unblock := m.plugins.BlockSync()
+		defer unblock()
+		info, err := m.adjustByPlugins(ctx, adjustRequest{id: id, podID: podID, cfg: cfg, spec: spec, rt: rt})
+		if err != nil {
+			return "", err
+		}
+		undo = append(undo, func(ctx context.Context) error { m.plugins.RemoveContainer(ctx, info); return nil })
+	}
 	if m.opts.NoHugetlb && spec.Linux != nil && spec.Linux.Resources != nil && len(spec.Linux.Resources.HugepageLimits) > 0 {
 		log.Debug("dropping hugepage limits: no hugetlb cgroup for the runtime")
 		spec.Linux.Resources.HugepageLimits = nil
@@ -376,6 +388,9 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 	m.mu.Unlock()
 	log.Debug("container created", "unit", unit)
 	m.publish(runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT, id, podID)
+	if m.plugins != nil {
+		m.plugins.PostCreateContainer(ctx, r.info(0))
+	}
 	return id, nil
 }
 
@@ -494,6 +509,11 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	m.mu.Unlock()
 	c.rec = nil
 	m.publish(runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT, id, r.PodID)
+	if m.plugins != nil {
+		pctx, cancel := pluginCtx(ctx)
+		m.plugins.RemoveContainer(pctx, r.info(0))
+		cancel()
+	}
 	return nil
 }
 

@@ -22,6 +22,12 @@ import (
 // and its unit at start. The record keeps them for ContainerStatus. Fields
 // left zero keep their current value.
 func (m *Manager) UpdateResources(ctx context.Context, id string, res *runtimeapi.LinuxContainerResources) error {
+	return m.updateResources(ctx, id, res, true)
+}
+
+// updateResources is UpdateResources; ask: the plugins see the request
+// first and may change it (not when they asked for it).
+func (m *Manager) updateResources(ctx context.Context, id string, res *runtimeapi.LinuxContainerResources, ask bool) error {
 	if res == nil {
 		return nil
 	}
@@ -41,6 +47,14 @@ func (m *Manager) UpdateResources(ctx context.Context, id string, res *runtimeap
 	}
 	if err := m.checkUnified(rt, res.GetUnified()); err != nil {
 		return fmt.Errorf("update container %s: %w", id, err)
+	}
+	if ask && m.plugins != nil {
+		if res, err = m.plugins.UpdateContainer(ctx, c.rec.info(c.init.pid), res); err != nil {
+			return fmt.Errorf("update container %s: %w", id, err)
+		}
+		if err := m.checkUnified(rt, res.GetUnified()); err != nil {
+			return fmt.Errorf("update container %s: NRI: %w", id, err)
+		}
 	}
 	next := mergeResources(c.rec.Resources, res)
 	if c.rec.State == StateRunning && m.hugetlbInForce(rt) && !sameHugepages(c.rec.Resources.GetHugepageLimits(), next.GetHugepageLimits()) {
@@ -71,6 +85,9 @@ func (m *Manager) UpdateResources(ctx context.Context, id string, res *runtimeap
 		return fmt.Errorf("update container %s: %w", id, err)
 	}
 	c.rec = r
+	if ask && m.plugins != nil {
+		m.plugins.PostUpdateContainer(ctx, r.info(c.init.pid))
+	}
 	return nil
 }
 

@@ -49,6 +49,14 @@ func (m *Manager) Stop(ctx context.Context, id string) error {
 }
 
 func (m *Manager) stopLocked(ctx context.Context, sb *Sandbox) error {
+	if pl := m.opts.Plugins; pl != nil && sb.State == StateReady {
+		// Once per pod: the containers are stopped, the pod's network
+		// and namespaces are still there. A plugin's error cannot keep
+		// a pod from stopping (the kubelet would retry forever).
+		if err := pl.StopPodSandbox(ctx, sb.clone()); err != nil {
+			m.log.Warn("NRI plugins failed on pod stop", "pod", sb.ID, "err", err)
+		}
+	}
 	if sb.InitUnit != "" {
 		if err := m.opts.Systemd.StopUnit(ctx, sb.InitUnit); err != nil {
 			return fmt.Errorf("stop pod init %s: %w", sb.InitUnit, err)
@@ -104,6 +112,11 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	}
 	m.mu.Unlock()
 	e.sb = nil
+	if pl := m.opts.Plugins; pl != nil {
+		if err := pl.RemovePodSandbox(ctx, sb); err != nil {
+			m.log.Warn("NRI plugins were not told of the removed pod", "pod", id, "err", err)
+		}
+	}
 	m.log.Info("pod sandbox removed", "pod", id)
 	return nil
 }

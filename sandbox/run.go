@@ -153,6 +153,15 @@ func (m *Manager) Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, han
 			return "", err
 		}
 	}
+	if pl := m.opts.Plugins; pl != nil {
+		// Until the hook returns the pod is neither listed nor usable;
+		// a plugin's refusal rolls it back like any failed step.
+		unblock := pl.BlockSync()
+		defer unblock()
+		if err := pl.RunPodSandbox(ctx, sb.clone()); err != nil {
+			return "", err
+		}
+	}
 	sb.State = StateReady
 	if err := m.save(sb, phaseCreated); err != nil {
 		return "", err

@@ -136,6 +136,21 @@ type Options struct {
 	// OpTimeout bounds each cleanup step run after the caller's context
 	// is gone (rollback): systemd.call_timeout, the bound of each step.
 	OpTimeout time.Duration
+	// Plugins see pods come and go (NRI); nil means none.
+	Plugins Plugins
+}
+
+// Plugins are the node's NRI plugins (package nri). A failing
+// RunPodSandbox fails the pod's creation; the stop and remove hooks run
+// once per pod, when it stops being ready and when it goes.
+type Plugins interface {
+	// BlockSync holds off registering a new plugin until unblock is
+	// called, so a pod being created is in its synchronization or
+	// reaches it as an event.
+	BlockSync() (unblock func())
+	RunPodSandbox(ctx context.Context, sb *Sandbox) error
+	StopPodSandbox(ctx context.Context, sb *Sandbox) error
+	RemovePodSandbox(ctx context.Context, sb *Sandbox) error
 }
 
 // DefaultPodInit runs catatonit as PID 1 of a new PID namespace.

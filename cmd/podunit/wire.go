@@ -91,6 +91,10 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	}
 	s.images = images
 
+	plugins, err := newNRI(cfg, log)
+	if err != nil {
+		return nil, err
+	}
 	pods, err := sandbox.New(sandbox.Options{
 		StateDir:    cfg.Paths.StateDir,
 		RunDir:      cfg.Paths.RunDir,
@@ -101,6 +105,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 		Handlers:    handlerNames(cfg),
 		Systemd:     sd,
 		Logger:      log.With("component", "pods"),
+		Plugins:     plugins.sandbox(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pod manager: %w", err)
@@ -141,6 +146,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	features := container.ProbeFeatures(ctx, runtimes, log.With("component", "containers"))
 	ctrs, err := container.New(copts, container.Deps{
 		Systemd: sd, Images: images, Pods: container.SandboxPods(pods), Runtimes: runtimes, Features: features, Logs: lm, Events: hub,
+		Plugins: plugins.containers(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("container manager: %w", err)
@@ -153,6 +159,9 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	}
 	if err := ctrs.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recover containers: %w", err)
+	}
+	if err := plugins.start(s, copts); err != nil {
+		return nil, err
 	}
 	// Leftovers of a crash (units, mounts, storage containers, dirs with
 	// no record) go before the CRI serves, when nothing is in flight.

@@ -163,6 +163,14 @@ bin_dirs = ["/usr/lib/cni", "/opt/cni/bin"]
 
 [streaming]
 address = "127.0.0.1:0"
+
+# critest's NRI specs connect their plugin stubs here (-nri-socket); their
+# late-joining plugins hold Synchronize open for 2s on purpose, longer than
+# NRI's default 2s request timeout would let them stay registered
+[nri]
+enabled = true
+socket_path = "/run/nri/nri.sock"
+request_timeout = "10s"
 EOF
 cp "$BASE/etc/podunit.toml" "$CRITEST_OUT/podunit.toml"
 
@@ -178,7 +186,7 @@ for _ in $(seq 1 150); do [[ -S $SOCK ]] && break; sleep 0.2; done
 crictl --runtime-endpoint "$ENDPOINT" --image-endpoint "$ENDPOINT" version || die "crictl version failed"
 
 log "skipping by hand, only: '$DIGEST_SPEC' (its digest is hard-coded to the real upstream image, which cannot be served offline)"
-args=(-runtime-endpoint "$ENDPOINT" -image-endpoint "$ENDPOINT"
+args=(-runtime-endpoint "$ENDPOINT" -image-endpoint "$ENDPOINT" -nri-socket "$D/run/nri/nri.sock"
 	-ginkgo.skip="$DIGEST_SPEC" -ginkgo.no-color -ginkgo.timeout=40m
 	-ginkgo.junit-report="$CRITEST_OUT/junit.xml" -ginkgo.json-report="$CRITEST_OUT/report.json")
 [[ -n $FOCUS ]] && args+=(-ginkgo.focus="$FOCUS")
