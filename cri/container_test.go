@@ -18,6 +18,7 @@ import (
 	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/systemd/systemdtest"
 	"github.com/podunit/podunit/unitprops"
+	"go.podman.io/storage/pkg/archive"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -45,6 +46,9 @@ func (i ctrTestImages) DeleteRootfs(ctx context.Context, id string) error {
 func (i ctrTestImages) MountImageVolume(ctx context.Context, id, ref string) (string, error) {
 	return "", errdefs.ErrUnimplemented
 }
+func (i ctrTestImages) RootfsChanges(ctx context.Context, id string) ([]archive.Change, error) {
+	return nil, nil
+}
 func (i ctrTestImages) UnmountImageVolumes(ctx context.Context, id string) error { return nil }
 func (i ctrTestImages) DeleteImageVolumes(ctx context.Context, id string) error  { return nil }
 
@@ -59,6 +63,15 @@ func (ctrTestRuntime) TerminalExec(id string, p specs.Process) (*oci.TerminalExe
 	return nil, errdefs.ErrUnimplemented
 }
 func (ctrTestRuntime) OwnCgroup() bool { return true }
+func (ctrTestRuntime) CheckpointArgv(id string, ck oci.Checkpoint) []string {
+	return []string{"/bin/true"}
+}
+func (ctrTestRuntime) RestoreArgv(id, b, p, l string, ck oci.Checkpoint) []string {
+	return []string{"/bin/true"}
+}
+func (ctrTestRuntime) Checkpoint(ctx context.Context, id string, ck oci.Checkpoint) error {
+	return errdefs.ErrUnimplemented
+}
 func (ctrTestRuntime) Features(ctx context.Context) (oci.Features, error) {
 	return oci.Features{Source: "test"}, nil
 }
