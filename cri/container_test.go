@@ -161,6 +161,20 @@ func TestContainerRPCs(t *testing.T) {
 		Linux: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 1 << 26}}); err != nil {
 		t.Fatal(err)
 	}
+	for _, tc := range []struct {
+		req  *runtimeapi.CheckpointContainerRequest
+		want error
+	}{
+		{&runtimeapi.CheckpointContainerRequest{ContainerId: "nosuch", Location: "/tmp/x.tar"}, errdefs.ErrNotFound},
+		{&runtimeapi.CheckpointContainerRequest{ContainerId: id, Location: "x.tar"}, errdefs.ErrInvalid},
+		{&runtimeapi.CheckpointContainerRequest{ContainerId: id, Location: "/tmp/x.tar", Timeout: -1}, errdefs.ErrInvalid},
+		// The test runtime probes no checkpoint support.
+		{&runtimeapi.CheckpointContainerRequest{ContainerId: id, Location: filepath.Join(t.TempDir(), "x.tar")}, errdefs.ErrPrecondition},
+	} {
+		if _, err := s.CheckpointContainer(ctx, tc.req); !errors.Is(err, tc.want) {
+			t.Errorf("CheckpointContainer(%v): %v, want %v", tc.req, err, tc.want)
+		}
+	}
 	st, _ = s.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	if st.Status.GetResources().GetLinux().GetMemoryLimitInBytes() != 1<<26 {
 		t.Errorf("resources %v", st.Status.GetResources())
