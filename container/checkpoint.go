@@ -80,10 +80,12 @@ func (m *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 			return fmt.Errorf("checkpoint container %s: %w", r.ID, err)
 		}
 	}
-	if err := m.writeCheckpointMetadata(ctx, r, dir); err != nil {
+	if err := rt.Checkpoint(ctx, r.ID, ck); err != nil {
 		return fmt.Errorf("checkpoint container %s: %w", r.ID, err)
 	}
-	if err := rt.Checkpoint(ctx, r.ID, ck); err != nil {
+	// The rootfs diff right after the dump: as close to the memory
+	// state as a still running container allows.
+	if err := m.writeCheckpointMetadata(ctx, r, dir); err != nil {
 		return fmt.Errorf("checkpoint container %s: %w", r.ID, err)
 	}
 	// CRIU's log goes into the archive, as CRI-O and containerd do: it is
