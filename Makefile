@@ -23,7 +23,7 @@ FOCUS ?=
 
 # what podunit needs at run time (the harness needs dbus, iptables, iproute2,
 # util-linux's unshare/nsenter; systemd is Debian's default init package)
-RUN_DEPS := runc crun containernetworking-plugins catatonit iptables iproute2 \
+RUN_DEPS := runc crun criu containernetworking-plugins catatonit iptables iproute2 \
 	util-linux dbus systemd jq golang-github-containers-common golang-github-containers-image
 # what the tests need besides (critest's own list is in test/critest/install-tools.sh)
 # (apparmor: its parser checks the default profile podunit generates)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"go.podman.io/storage/pkg/archive"
 
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/events"
@@ -31,6 +32,9 @@ type ImageStore interface {
 	MountRootfs(ctx context.Context, containerID string) (string, error)
 	UnmountRootfs(ctx context.Context, containerID string) error
 	DeleteRootfs(ctx context.Context, containerID string) error
+	// RootfsChanges is what the container changed in its writable layer
+	// (a checkpoint's rootfs diff).
+	RootfsChanges(ctx context.Context, containerID string) ([]archive.Change, error)
 	// Image volumes (CRI Mount.image): an image mounted read-only for a
 	// container, bind-mounted into it.
 	MountImageVolume(ctx context.Context, containerID, imageRef string) (string, error)

@@ -20,6 +20,7 @@ import (
 	"github.com/podunit/podunit/systemd"
 	"github.com/podunit/podunit/systemd/systemdtest"
 	"github.com/podunit/podunit/unitprops"
+	"go.podman.io/storage/pkg/archive"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -31,10 +32,12 @@ type fakeImages struct {
 	volumes map[string][]string // id -> image IDs mounted
 	// volumeDirs makes mounted volumes real directories with an etc/.
 	volumeDirs bool
+	// changes are what RootfsChanges answers.
+	changes []archive.Change
 }
 
 func (f *fakeImages) Resolve(ctx context.Context, ref string) (*imagestore.ImageInfo, error) {
-	if ref != "busybox" && ref != "sha256:aaaa" {
+	if ref != "busybox" && ref != "sha256:aaaa" && ref != "aaaa" {
 		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
 	}
 	return &imagestore.ImageInfo{
@@ -98,6 +101,12 @@ func (f *fakeImages) MountImageVolume(ctx context.Context, id, imageRef string) 
 	return p, nil
 }
 
+func (f *fakeImages) RootfsChanges(ctx context.Context, id string) ([]archive.Change, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.changes, nil
+}
+
 func (f *fakeImages) UnmountImageVolumes(ctx context.Context, id string) error { return nil }
 
 func (f *fakeImages) DeleteImageVolumes(ctx context.Context, id string) error {
@@ -136,6 +145,9 @@ type fakeRuntime struct {
 	update  func(id string, r *specs.LinuxResources) error
 	// noCgroup plays crun: the container stays in the unit's cgroup.
 	noCgroup bool
+	// checkpoints are the Checkpoint calls; checkpointErr fails them.
+	checkpoints   []oci.Checkpoint
+	checkpointErr error
 }
 
 func (r *fakeRuntime) Name() string { return "runc" }
@@ -159,6 +171,26 @@ func (r *fakeRuntime) Delete(ctx context.Context, id string) error {
 	defer r.mu.Unlock()
 	r.deleted = append(r.deleted, id)
 	return nil
+}
+
+func (r *fakeRuntime) CheckpointArgv(id string, ck oci.Checkpoint) []string {
+	return []string{"/usr/sbin/runc", "checkpoint", "--image-path", ck.ImagePath, "--work-path", ck.WorkPath, "--leave-running", id}
+}
+func (r *fakeRuntime) RestoreArgv(id, bundle, pidFile, logFile string, ck oci.Checkpoint) []string {
+	return []string{"/usr/sbin/runc", "--log", logFile, "restore", "--detach", "--pid-file", pidFile, "-b", bundle, "--image-path", ck.ImagePath, "--work-path", ck.WorkPath, id}
+}
+
+// Checkpoint plays CRIU: an inventory file in the image dir, or
+// checkpointErr after writing a dump.log.
+func (r *fakeRuntime) Checkpoint(ctx context.Context, id string, ck oci.Checkpoint) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.checkpoints = append(r.checkpoints, ck)
+	if r.checkpointErr != nil {
+		_ = os.WriteFile(filepath.Join(ck.WorkPath, "dump.log"), []byte("(00.1) Error (criu/x.c:1): no luck\n"), 0o600)
+		return r.checkpointErr
+	}
+	return os.WriteFile(filepath.Join(ck.ImagePath, "inventory.img"), []byte("criu"), 0o600)
 }
 
 func (r *fakeRuntime) OwnCgroup() bool { return !r.noCgroup }

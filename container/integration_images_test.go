@@ -14,6 +14,7 @@ import (
 	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/imagestore"
+	"go.podman.io/storage/pkg/archive"
 	"golang.org/x/sys/unix"
 )
 
@@ -51,7 +52,7 @@ func newDirImages(t *testing.T, root string) *dirImages {
 }
 
 func (d *dirImages) Resolve(ctx context.Context, ref string) (*imagestore.ImageInfo, error) {
-	if ref != "busybox" {
+	if ref != "busybox" && ref != "b0b0" {
 		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
 	}
 	return &imagestore.ImageInfo{ID: "b0b0", RepoTags: []string{"busybox:latest"},
@@ -94,6 +95,10 @@ func (d *dirImages) DeleteRootfs(ctx context.Context, id string) error {
 		return fmt.Errorf("rootfs %s is mounted: %w", id, errdefs.ErrPrecondition)
 	}
 	return os.RemoveAll(filepath.Join(d.root, id))
+}
+
+func (d *dirImages) RootfsChanges(ctx context.Context, id string) ([]archive.Change, error) {
+	return archive.ChangesDirs(filepath.Join(d.root, id, "diff"), nil, d.template, nil)
 }
 
 func (d *dirImages) MountImageVolume(ctx context.Context, id, imageRef string) (string, error) {

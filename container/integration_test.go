@@ -70,6 +70,7 @@ func TestInHarness(t *testing.T) {
 	t.Run("CDIDevices", func(t *testing.T) { ie.cdiDevices(ctx, t) })
 	t.Run("BindMountOptions", func(t *testing.T) { ie.bindMountOptions(ctx, t) })
 	t.Run("PluginAdjust", func(t *testing.T) { ie.pluginAdjust(ctx, t) })
+	t.Run("CheckpointRestore", func(t *testing.T) { ie.checkpointRestore(ctx, t) })
 	t.Run("Lifecycle200", func(t *testing.T) { ie.churn(ctx, t, 200) })
 }
 

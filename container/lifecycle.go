@@ -6,6 +6,7 @@ import (
 	"fmt"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/podunit/podunit/errdefs"
@@ -53,7 +54,16 @@ func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 			execStart = append(execStart, "--no-journal")
 		}
 	}
-	execStart = append(append(execStart, "--"), rt.CreateArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID))...)
+	execStart = append(execStart, "--")
+	startPost := rt.StartArgv(r.ID, m.runtimeLog(r.ID))
+	if r.Restore {
+		// One step: the restored init runs as soon as CRIU is done, and
+		// the runtime exits with its PID in the PID file, like create.
+		execStart = append(execStart, rt.RestoreArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID), m.restoreCheckpoint(r.ID))...)
+		startPost = nil
+	} else {
+		execStart = append(execStart, rt.CreateArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID))...)
+	}
 	stopPost := []string{helper, "_exitrec", "--cgroup", systemd.SlicePath(r.Slice) + "/" + r.Unit,
 		"--cgroup-root", m.opts.CgroupRoot, "--relay-pid-file", m.pidFile(r.ID) + ".relay"}
 	stopPost = append(append(stopPost, relay...), m.stateDir(r.ID))
@@ -66,7 +76,7 @@ func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 		Description:      fmt.Sprintf("%s/%s/%s", r.PodNamespace, r.PodName, name),
 		PIDFile:          m.pidFile(r.ID),
 		ExecStart:        unitprops.Exec{Argv: execStart},
-		ExecStartPost:    unitprops.Exec{Argv: rt.StartArgv(r.ID, m.runtimeLog(r.ID))},
+		ExecStartPost:    unitprops.Exec{Argv: startPost},
 		ExecStopPost:     unitprops.Exec{Argv: stopPost, IgnoreFailure: true},
 		KillSignal:       r.StopSignal,
 		StopTimeout:      safetyStopTimeout,
@@ -142,6 +152,12 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 		limitsFailed = startErr != nil
 	}
 	if startErr == nil {
+		if r.Restore {
+			// Restored: CRIU's images are spent.
+			if err := os.RemoveAll(m.restoreDir(id)); err != nil {
+				m.opts.Logger.Warn("remove restored checkpoint", "container", id, "err", err)
+			}
+		}
 		m.captureInit(c)
 		m.publish(runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT, id, r.PodID)
 		if m.plugins != nil {
@@ -161,6 +177,11 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	_ = m.sd.ResetFailedUnit(uctx, r.Unit)
 	_ = rt.Delete(uctx, id)
 	msg := m.runtimeError(id)
+	if r.Restore {
+		if tail := oci.CRIULogTail(m.restoreCheckpoint(id).RestoreLog(), 10); tail != "" {
+			msg += "; criu restore.log:\n" + tail
+		}
+	}
 	// (The stop above writes an exit record too: after a refused quota it
 	// is podunit's doing, not the container's exit.)
 	if rec, err := exitrec.Read(m.stateDir(id)); !limitsFailed && msg == "" && err == nil && rec.ExitCode != "" {
@@ -229,6 +250,15 @@ func (m *Manager) runtimeError(id string) string {
 // stdinFIFO is the container's stdin when the config asks for one; an
 // attach writes into it.
 func (m *Manager) stdinFIFO(id string) string { return m.runDir(id) + "/stdin" }
+
+// restoreCheckpoint is where a restored container's CRIU images are and
+// where CRIU works (on disk, next to them).
+func (m *Manager) restoreCheckpoint(id string) oci.Checkpoint {
+	return oci.Checkpoint{
+		ImagePath: filepath.Join(m.restoreDir(id), "checkpoint"),
+		WorkPath:  filepath.Join(m.restoreDir(id), "criu"),
+	}
+}
 
 func (m *Manager) runtimeLog(id string) string { return m.runDir(id) + "/runtime.log" }
 

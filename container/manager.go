@@ -265,6 +265,15 @@ func hasDotDot(p string) bool {
 // Create makes a container in pod podID: its writable root filesystem, its
 // OCI bundle and its record. Nothing runs until Start.
 func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.ContainerConfig, sandboxCfg *runtimeapi.PodSandboxConfig) (_ string, retErr error) {
+	// A checkpoint archive as the image: restore (docs/checkpoint.md).
+	var restore string
+	if isCheckpointImage(cfg.GetImage().GetImage()) {
+		var err error
+		if cfg, restore, err = m.openCheckpoint(cfg); err != nil {
+			return "", err
+		}
+		defer os.RemoveAll(restore) // gone once adopted
+	}
 	if err := validateConfig(cfg); err != nil {
 		return "", err
 	}
@@ -326,6 +335,11 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 	}
 	undo = append(undo, func(ctx context.Context) error { return m.imgs.UnmountRootfs(ctx, id) })
 	undo = append(undo, func(context.Context) error { return os.RemoveAll(m.runDir(id)) })
+	if restore != "" {
+		if err := m.adoptRestore(id, restore, rootfs); err != nil {
+			return "", fmt.Errorf("create container %q: %w", cfg.GetMetadata().GetName(), err)
+		}
+	}
 
 	// The record keeps its own copy of the config: image volume mounts get
 	// their host path and image ID filled in.
@@ -378,7 +392,7 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 		Unit: unit, Slice: pod.Slice, Handler: rt.Name(),
 		ImageID: img.ID, ImageRef: imageRef(img), ImageName: cfg.GetImage().GetImage(), RepoDigests: img.RepoDigests,
 		StopSignal: sig, User: user, LogPath: lp, Resources: cfg.GetLinux().GetResources(),
-		State: StateCreated, CreatedAt: time.Now().UnixNano(),
+		State: StateCreated, CreatedAt: time.Now().UnixNano(), Restore: restore != "",
 	}
 	if err := m.save(r); err != nil {
 		return "", fmt.Errorf("create container: %w", err)

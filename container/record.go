@@ -61,6 +61,10 @@ type record struct {
 	// Resources are the current limits, updated by UpdateResources.
 	Resources *runtimeapi.LinuxContainerResources `json:"resources,omitempty"`
 
+	// Restore: created from a checkpoint archive (extracted in
+	// restoreDir): the unit restores it instead of creating and starting.
+	Restore bool `json:"restore,omitempty"`
+
 	State      State  `json:"state"`
 	CreatedAt  int64  `json:"created_at"`
 	StartedAt  int64  `json:"started_at,omitempty"`

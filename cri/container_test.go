@@ -18,6 +18,7 @@ import (
 	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/systemd/systemdtest"
 	"github.com/podunit/podunit/unitprops"
+	"go.podman.io/storage/pkg/archive"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -45,6 +46,9 @@ func (i ctrTestImages) DeleteRootfs(ctx context.Context, id string) error {
 func (i ctrTestImages) MountImageVolume(ctx context.Context, id, ref string) (string, error) {
 	return "", errdefs.ErrUnimplemented
 }
+func (i ctrTestImages) RootfsChanges(ctx context.Context, id string) ([]archive.Change, error) {
+	return nil, nil
+}
 func (i ctrTestImages) UnmountImageVolumes(ctx context.Context, id string) error { return nil }
 func (i ctrTestImages) DeleteImageVolumes(ctx context.Context, id string) error  { return nil }
 
@@ -59,6 +63,15 @@ func (ctrTestRuntime) TerminalExec(id string, p specs.Process) (*oci.TerminalExe
 	return nil, errdefs.ErrUnimplemented
 }
 func (ctrTestRuntime) OwnCgroup() bool { return true }
+func (ctrTestRuntime) CheckpointArgv(id string, ck oci.Checkpoint) []string {
+	return []string{"/bin/true"}
+}
+func (ctrTestRuntime) RestoreArgv(id, b, p, l string, ck oci.Checkpoint) []string {
+	return []string{"/bin/true"}
+}
+func (ctrTestRuntime) Checkpoint(ctx context.Context, id string, ck oci.Checkpoint) error {
+	return errdefs.ErrUnimplemented
+}
 func (ctrTestRuntime) Features(ctx context.Context) (oci.Features, error) {
 	return oci.Features{Source: "test"}, nil
 }
@@ -147,6 +160,20 @@ func TestContainerRPCs(t *testing.T) {
 	if _, err := s.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: id,
 		Linux: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 1 << 26}}); err != nil {
 		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		req  *runtimeapi.CheckpointContainerRequest
+		want error
+	}{
+		{&runtimeapi.CheckpointContainerRequest{ContainerId: "nosuch", Location: "/tmp/x.tar"}, errdefs.ErrNotFound},
+		{&runtimeapi.CheckpointContainerRequest{ContainerId: id, Location: "x.tar"}, errdefs.ErrInvalid},
+		{&runtimeapi.CheckpointContainerRequest{ContainerId: id, Location: "/tmp/x.tar", Timeout: -1}, errdefs.ErrInvalid},
+		// The test runtime probes no checkpoint support.
+		{&runtimeapi.CheckpointContainerRequest{ContainerId: id, Location: filepath.Join(t.TempDir(), "x.tar")}, errdefs.ErrPrecondition},
+	} {
+		if _, err := s.CheckpointContainer(ctx, tc.req); !errors.Is(err, tc.want) {
+			t.Errorf("CheckpointContainer(%v): %v, want %v", tc.req, err, tc.want)
+		}
 	}
 	st, _ = s.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	if st.Status.GetResources().GetLinux().GetMemoryLimitInBytes() != 1<<26 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"go.podman.io/storage"
+	"go.podman.io/storage/pkg/archive"
 
 	"github.com/podunit/podunit/errdefs"
 )
@@ -271,4 +272,18 @@ func (s *Store) DeleteImageVolumes(ctx context.Context, containerID string) erro
 		}
 	}
 	return nil
+}
+
+// RootfsChanges lists what a container changed in its writable layer
+// against its image: the rootfs diff of a checkpoint.
+func (s *Store) RootfsChanges(ctx context.Context, containerID string) ([]archive.Change, error) {
+	c, err := s.store.Container(containerID)
+	if err != nil {
+		return nil, storageErr("container filesystem "+containerID, err)
+	}
+	ch, err := s.store.Changes("", c.LayerID)
+	if err != nil {
+		return nil, storageErr("changes of container filesystem "+containerID, err)
+	}
+	return ch, nil
 }

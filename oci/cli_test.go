@@ -36,6 +36,8 @@ func TestArgvGolden(t *testing.T) {
 			{"exec-tty", c.terminalExecArgv("ctr1", "/x/process.json", "/x/console.sock", "/x/pid")},
 			{"delete", c.DeleteArgv("ctr1")},
 			{"update", c.updateArgv("ctr1")},
+			{"checkpoint", c.CheckpointArgv("ctr1", Checkpoint{ImagePath: "/var/lib/podunit/ctr1/checkpoint", WorkPath: "/run/podunit/ctr1/criu"})},
+			{"restore", c.RestoreArgv("ctr1", "/run/podunit/bundles/ctr1", "/run/podunit/bundles/ctr1/pid", "/run/podunit/ctr1/runtime.log", Checkpoint{ImagePath: "/var/lib/podunit/ctr1/checkpoint", WorkPath: "/run/podunit/ctr1/criu"})},
 			{"features", c.featuresArgv()},
 			{"version", c.versionArgv()},
 		} {

@@ -40,6 +40,10 @@ type Features struct {
 	// UserNamespaces: the handler creates user namespaces and idmapped
 	// mounts (volumes of a user-namespaced pod), and the kernel has both.
 	UserNamespaces bool
+	// Checkpoint: the handler can checkpoint and restore with CRIU (runc's
+	// checkpoint.enabled annotation, crun's +CRIU build flag). The criu
+	// binary itself is looked for only when a checkpoint is asked for.
+	Checkpoint bool
 }
 
 // Kernel is what the running kernel offers the handlers' features.
@@ -78,6 +82,8 @@ func FeaturesFromSpec(source string, doc []byte, k Kernel) (Features, error) {
 	// runc names its version in an annotation; crun's document has none
 	// podunit relies on, so its Version stays empty.
 	out.Version = f.Annotations["org.opencontainers.runc.version"]
+	// crun's features document uses runc's annotation name as well.
+	out.Checkpoint = f.Annotations["org.opencontainers.runc.checkpoint.enabled"] == "true"
 	out.RecursiveReadOnly = slices.Contains(f.MountOptions, "rro") && k.MountSetattr
 	if l := f.Linux; l != nil {
 		idmap := l.MountExtensions != nil && l.MountExtensions.IDMap != nil &&
@@ -118,6 +124,7 @@ func FeaturesFromCrunVersion(out string, k Kernel) (Features, error) {
 		}
 		if strings.HasPrefix(line, "+") || strings.HasPrefix(line, "-") {
 			f.Flags = strings.Fields(line)
+			f.Checkpoint = slices.Contains(f.Flags, "+CRIU")
 		}
 	}
 	if !found {
@@ -199,6 +206,7 @@ func (f Features) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("source", f.Source), slog.String("version", f.Version),
 		slog.Bool("recursive_read_only", f.RecursiveReadOnly), slog.Bool("user_namespaces", f.UserNamespaces),
+		slog.Bool("checkpoint", f.Checkpoint),
 		slog.String("flags", strings.Join(f.Flags, " ")),
 	)
 }

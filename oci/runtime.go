@@ -43,6 +43,13 @@ type Runtime interface {
 	// cgroup below the unit and writes the spec's limits into it (runc);
 	// crun under --cgroup-manager=disabled leaves it in the unit's.
 	OwnCgroup() bool
+	// CheckpointArgv dumps a running container with CRIU into ck and
+	// leaves it running; RestoreArgv restores ck as container id instead
+	// of CreateArgv+StartArgv (see CLI.RestoreArgv).
+	CheckpointArgv(id string, ck Checkpoint) []string
+	RestoreArgv(id, bundle, pidFile, logFile string, ck Checkpoint) []string
+	// Checkpoint runs CheckpointArgv; a CRIU failure carries CRIU's log.
+	Checkpoint(ctx context.Context, id string, ck Checkpoint) error
 	// Features asks the runtime what it supports on this host (bounded by
 	// FeaturesTimeout). It runs a command: callers probe once at start
 	// and keep the answer.
