@@ -39,7 +39,12 @@ func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 	}
 	execStart := []string{helper, "_stdio", "--unit", r.Unit, "--identifier", name,
 		"--cgroup-root", m.opts.CgroupRoot, "--cgroup-leaf", "runtime", "--pid-file", m.pidFile(r.ID)}
-	if r.Config.GetStdin() {
+	consoleSocket := ""
+	if r.Config.GetTty() {
+		// The terminal's slave is the container's stdin, stdout and stderr.
+		consoleSocket = m.consoleSocket(r.ID)
+		execStart = append(execStart, "--console-socket", consoleSocket)
+	} else if r.Config.GetStdin() {
 		execStart = append(execStart, "--stdin-fifo", m.stdinFIFO(r.ID))
 	}
 	var relay []string
@@ -53,7 +58,7 @@ func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 			execStart = append(execStart, "--no-journal")
 		}
 	}
-	execStart = append(append(execStart, "--"), rt.CreateArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID))...)
+	execStart = append(append(execStart, "--"), rt.CreateArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID), consoleSocket)...)
 	stopPost := []string{helper, "_exitrec", "--cgroup", systemd.SlicePath(r.Slice) + "/" + r.Unit,
 		"--cgroup-root", m.opts.CgroupRoot, "--relay-pid-file", m.pidFile(r.ID) + ".relay"}
 	stopPost = append(append(stopPost, relay...), m.stateDir(r.ID))
@@ -218,6 +223,10 @@ func (m *Manager) runtimeError(id string) string {
 // stdinFIFO is the container's stdin when the config asks for one; an
 // attach writes into it.
 func (m *Manager) stdinFIFO(id string) string { return m.runDir(id) + "/stdin" }
+
+// consoleSocket is where the runtime sends a tty container's terminal to
+// the unit's wrapper, which hands it to the log relay.
+func (m *Manager) consoleSocket(id string) string { return m.runDir(id) + "/console.sock" }
 
 func (m *Manager) runtimeLog(id string) string { return m.runDir(id) + "/runtime.log" }
 

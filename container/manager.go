@@ -251,12 +251,6 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 	if err != nil {
 		return "", err
 	}
-	// A pty needs a process holding its master for the container's whole
-	// life; podunit has none, so a TTY container runs on pipes like any
-	// other, its stdout and stderr logged as such.
-	if spec.Process != nil {
-		spec.Process.Terminal = false
-	}
 	if m.opts.NoHugetlb && spec.Linux != nil && spec.Linux.Resources != nil && len(spec.Linux.Resources.HugepageLimits) > 0 {
 		log.Debug("dropping hugepage limits: no hugetlb cgroup for the runtime")
 		spec.Linux.Resources.HugepageLimits = nil

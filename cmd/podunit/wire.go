@@ -31,6 +31,7 @@ type services struct {
 	ctrs    *container.Manager
 	stream  *streaming.Server
 	hub     *events.Hub
+	relay   logrelay.Client
 	metrics *metrics.Server
 	gc      *gc.Runner
 	stop    []func()
@@ -124,6 +125,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	// outlives podunit.
 	relaySock := filepath.Join(cfg.Paths.RunDir, "logrelay.sock")
 	lm := logrelay.Client{Socket: relaySock}
+	s.relay = lm
 	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
 	err = logrelay.Ensure(rctx, sd, copts.Self, relaySock, filepath.Join(cfg.Paths.RunDir, "logrelay"))
 	rcancel()
