@@ -120,4 +120,3 @@ func Control(f *os.File, fn func(fd int) error) error {
 	}
 	return ferr
 }
-

@@ -164,7 +164,7 @@ func (ie *inside) ttyContainer(ctx context.Context, t *testing.T) {
 			start := time.Now()
 			s.send(t, "\x03")
 			s.send(t, "echo back-$?\n")
-			mark = s.out.waitFor(t, mark, "back-130\r\n", 5*time.Second)
+			s.out.waitFor(t, mark, "back-130\r\n", 5*time.Second)
 			if d := time.Since(start); d > 5*time.Second {
 				t.Fatalf("^C took %v", d)
 			}
