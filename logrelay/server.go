@@ -201,8 +201,9 @@ func (s *Server) Restore(files []*os.File) {
 			}
 			r.left++
 			r.toWrite++
-			if r.TTY && stream == "out" {
-				r.master = p.pipe
+			if stream == "out" && (r.TTY || isTerminal(p.pipe)) {
+				// The descriptor itself tells, should the metadata be lost.
+				r.TTY, r.master = true, p.pipe
 			}
 			s.startPump(r, stream, p.pipe, p.sock)
 			started[stream] = true
@@ -464,6 +465,14 @@ func (s *Server) register(id string, m meta, fds []int) error {
 	}
 	s.startPump(r, "err", files[2], files[3])
 	return nil
+}
+
+// isTerminal reports whether f is a terminal (a tty container's master).
+func isTerminal(f *os.File) bool {
+	return console.Control(f, func(fd int) error {
+		_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+		return err
+	}) == nil
 }
 
 // terminal answers TERMINAL: a tty container's master for an attach

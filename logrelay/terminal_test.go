@@ -164,7 +164,8 @@ func TestRestoreResumesATerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	logPath := filepath.Join(dir, "ctr.log")
-	if err := os.WriteFile(filepath.Join(state, "t2.json"), []byte(`{"tty":true,"uid":-1,"gid":-1,"log_path":"`+logPath+`"}`), 0o600); err != nil {
+	// No "tty" in the metadata: the restored descriptor itself is a terminal.
+	if err := os.WriteFile(filepath.Join(state, "t2.json"), []byte(`{"uid":-1,"gid":-1,"log_path":"`+logPath+`"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	slave.WriteString("while no relay ran\n")
