@@ -14,7 +14,9 @@ import (
 	"github.com/moby/sys/capability"
 )
 
-// Config mirrors the TOML tables of /etc/podunit/podunit.toml.
+// Config mirrors the TOML tables of /etc/podunit/podunit.toml. A field
+// tagged reload:"live" is applied by a reload (SIGHUP, systemctl reload);
+// every other field needs a restart (see Reconcile).
 type Config struct {
 	Server    Server    `toml:"server"`
 	Paths     Paths     `toml:"paths"`
@@ -33,7 +35,7 @@ type Config struct {
 type Server struct {
 	Socket      string `toml:"socket" doc:"CRI unix socket (ignored under socket activation)."`
 	SocketGroup string `toml:"socket_group" doc:"Group owning the socket (mode 0660); empty keeps root."`
-	LogLevel    string `toml:"log_level" doc:"debug, info, warn or error."`
+	LogLevel    string `reload:"live" toml:"log_level" doc:"debug, info, warn or error."`
 	LogFormat   string `toml:"log_format" doc:"text or json."`
 }
 
@@ -55,13 +57,13 @@ type Image struct {
 	StorageRoot         string   `toml:"storage_root" doc:"Image and layer store (go.podman.io/storage graph root)."`
 	StorageRunRoot      string   `toml:"storage_run_root" doc:"Volatile store state (mounts, locks)."`
 	StorageDriver       string   `toml:"storage_driver" doc:"overlay or vfs; empty picks overlay, falling back to vfs."`
-	RegistriesConf      string   `toml:"registries_conf" doc:"containers-registries.conf(5): mirrors, insecure, blocked registries."`
-	PolicyPath          string   `toml:"policy_path" doc:"containers-policy.json(5): signature policy."`
-	AuthFile            string   `toml:"auth_file" doc:"containers-auth.json(5) with registry credentials; empty uses none."`
-	PullProgressTimeout Duration `toml:"pull_progress_timeout" doc:"Cancel a pull that moved no bytes for this long."`
+	RegistriesConf      string   `reload:"live" toml:"registries_conf" doc:"containers-registries.conf(5): mirrors, insecure, blocked registries."`
+	PolicyPath          string   `reload:"live" toml:"policy_path" doc:"containers-policy.json(5): signature policy."`
+	AuthFile            string   `reload:"live" toml:"auth_file" doc:"containers-auth.json(5) with registry credentials; empty uses none."`
+	PullProgressTimeout Duration `reload:"live" toml:"pull_progress_timeout" doc:"Cancel a pull that moved no bytes for this long."`
 	MaxParallelPulls    int      `toml:"max_parallel_pulls" doc:"Different images pulled at the same time."`
-	PauseImage          string   `toml:"pause_image" doc:"Image kept pinned for the kubelet; podunit needs no infra container."`
-	PinnedImages        []string `toml:"pinned_images" doc:"More images reported as pinned, which the kubelet's image GC never removes: references or path.Match globs over the full name (registry.k8s.io/*, docker.io/library/busybox:*)."`
+	PauseImage          string   `reload:"live" toml:"pause_image" doc:"Image kept pinned for the kubelet; podunit needs no infra container."`
+	PinnedImages        []string `reload:"live" toml:"pinned_images" doc:"More images reported as pinned, which the kubelet's image GC never removes: references or path.Match globs over the full name (registry.k8s.io/*, docker.io/library/busybox:*)."`
 }
 
 // CNI locates the network plugins and their configuration.
@@ -72,19 +74,22 @@ type CNI struct {
 
 // Runtime selects OCI runtimes.
 type Runtime struct {
-	DefaultHandler string   `toml:"default_handler" doc:"Handler used when a pod names no RuntimeClass."`
+	DefaultHandler string   `reload:"live" toml:"default_handler" doc:"Handler used when a pod names no RuntimeClass."`
 	StartTimeout   Duration `toml:"start_timeout" doc:"Upper bound for starting a container (its unit's start job: runtime create and start)."`
 	StopMargin     Duration `toml:"stop_margin" doc:"How long past a stop's grace period its unit may take to stop (the final SIGKILL)."`
 	LogFlushWait   Duration `toml:"log_flush_wait" doc:"How long an exited container's last output may take to reach its CRI log before the exit is reported."`
 	ExecOutputMax  int      `toml:"exec_output_max" doc:"Bytes of stdout and of stderr ExecSync returns (probes); the rest is dropped."`
 	// The three operator defaults below shape each new container's spec;
-	// a container that exists keeps the spec it was created with.
+	// a container that exists keeps the spec it was created with. They
+	// need a restart: the container manager reads them, unlocked, from
+	// the options it was built with.
 	DefaultCapabilities []string `toml:"default_capabilities" doc:"Capabilities of a container whose request adds and drops none (containerd's and CRI-O's set); names with or without CAP_."`
 	DefaultUlimits      []string `toml:"default_ulimits" doc:"Process limits every container starts with, name=soft[:hard] as in CRI-O (nofile=1048576:1048576; -1 is unlimited); empty keeps the runtime's, which are the container unit's."`
 	SeccompProfile      string   `toml:"seccomp_profile" doc:"Seccomp profile file (runtime-spec or Docker JSON) for RuntimeDefault; empty uses podunit's built-in profile (Docker's allow-list)."`
 	// Handlers come last: the sample shows them as subtables after the
-	// table's plain keys.
-	Handlers map[string]Handler `toml:"handlers" doc:"OCI runtimes by RuntimeClass handler name."`
+	// table's plain keys. A reload probes the features of new or changed
+	// ones.
+	Handlers map[string]Handler `reload:"live" toml:"handlers" doc:"OCI runtimes by RuntimeClass handler name."`
 }
 
 // Handler is one OCI runtime a RuntimeClass may name.
@@ -103,7 +108,7 @@ type Streaming struct {
 
 // Metrics is the Prometheus endpoint; empty address turns it off.
 type Metrics struct {
-	Address string `toml:"address" doc:"Prometheus metrics listen address (loopback host:port); empty turns metrics off."`
+	Address string `reload:"live" toml:"address" doc:"Prometheus metrics listen address (loopback host:port); empty turns metrics off."`
 }
 
 // GC schedules the garbage collectors.
@@ -115,6 +120,10 @@ type GC struct {
 // node's log relay always writes.
 type Logs struct {
 	Journald bool `toml:"journald" doc:"Also hand container output to journald (journalctl -u podunit-ctr-<id>.service, CONTAINER_ID=...); best effort, never delays the CRI log file. Applies to containers started afterwards."`
+	// A chatty container would otherwise load journald for the whole node;
+	// the limit is journald's own per-unit one, so it only thins the journal.
+	JournaldRateLimitInterval Duration `toml:"journald_rate_limit_interval" doc:"Per container: journald keeps at most journald_rate_limit_burst lines in each window this long and drops the rest from the journal (never from the CRI log file); 0 turns the limit off. Applies to containers started afterwards."`
+	JournaldRateLimitBurst    uint32   `toml:"journald_rate_limit_burst" doc:"Lines per container and window that reach the journal (journald scales it up with free disk space, like its other limits); 0 turns the limit off."`
 }
 
 // CDI is the Container Device Interface: device vendors (GPU drivers,
@@ -162,7 +171,9 @@ func Default() Config {
 		},
 		Streaming: Streaming{Address: "127.0.0.1:0"},
 		GC:        GC{Interval: Duration(5 * time.Minute)},
-		Logs:      Logs{Journald: true},
+		// journald's own defaults for every other unit (RateLimitIntervalSec,
+		// RateLimitBurst in journald.conf).
+		Logs: Logs{Journald: true, JournaldRateLimitInterval: Duration(30 * time.Second), JournaldRateLimitBurst: 10000},
 		// containerd 2.x's defaults: on, the two directories of the CDI spec.
 		CDI: CDI{Enabled: true, SpecDirs: []string{"/etc/cdi", "/var/run/cdi"}},
 	}
@@ -231,6 +242,11 @@ func (c *Config) Validate() error {
 	}
 	if _, ok := c.Runtime.Handlers[c.Runtime.DefaultHandler]; !ok {
 		bad("runtime.default_handler", "%q is not among runtime.handlers", c.Runtime.DefaultHandler)
+	}
+	if c.Logs.JournaldRateLimitInterval < 0 {
+		bad("logs.journald_rate_limit_interval", "must not be negative")
+	} else if d := c.Logs.JournaldRateLimitInterval.D(); d%time.Microsecond != 0 {
+		bad("logs.journald_rate_limit_interval", "systemd counts in microseconds, got %s", d)
 	}
 	if c.Runtime.StartTimeout <= 0 {
 		bad("runtime.start_timeout", "must be positive")

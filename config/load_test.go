@@ -86,8 +86,9 @@ func TestValidate(t *testing.T) {
 	c.Server.Socket = "relative.sock"
 	c.Runtime.DefaultHandler = "kata"
 	c.Image.StorageDriver = "zfs"
+	c.Logs.JournaldRateLimitInterval = Duration(time.Nanosecond)
 	err := c.Validate()
-	for _, want := range []string{"server.socket", "runtime.default_handler", "image.storage_driver"} {
+	for _, want := range []string{"server.socket", "runtime.default_handler", "image.storage_driver", "logs.journald_rate_limit_interval"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate: %v, want mention of %s", err, want)
 		}

@@ -45,7 +45,11 @@ func OptionsFromConfig(cfg *config.Config, log *slog.Logger) (Options, error) {
 		Caps:       caps,
 		Host:       host,
 		NoJournal:  !cfg.Logs.Journald,
-		Logger:     log,
+		JournalRateLimit: unitprops.RateLimit{
+			Interval: cfg.Logs.JournaldRateLimitInterval.D(),
+			Burst:    cfg.Logs.JournaldRateLimitBurst,
+		},
+		Logger: log,
 	}
 	if err := o.SetRuntime(cfg.Runtime); err != nil {
 		return Options{}, err

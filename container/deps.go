@@ -86,6 +86,9 @@ type Options struct {
 	// NoJournal keeps container output out of journald (config
 	// logs.journald = false): the relay writes only the CRI log file.
 	NoJournal bool
+	// JournalRateLimit is journald's limit on each container's lines
+	// (logs.journald_rate_limit_*).
+	JournalRateLimit unitprops.RateLimit
 	// DefaultHandler is used when the pod names no runtime handler
 	// (runtime.default_handler); it must be one of Deps.Runtimes.
 	DefaultHandler string
@@ -126,8 +129,9 @@ type Deps struct {
 	Images   ImageStore
 	Pods     Pods
 	Runtimes map[string]oci.Runtime
-	// Features are what each of Runtimes supports (ProbeFeatures, once at
-	// start); a handler without an entry supports nothing optional.
+	// Features are what each of Runtimes supports (ProbeFeatures at start;
+	// SetRuntimes probes the handlers a reload adds or changes); a handler
+	// without an entry supports nothing optional.
 	Features map[string]oci.Features
 	// Logs writes CRI log files; nil means none are written (tests).
 	Logs Logs

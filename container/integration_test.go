@@ -65,8 +65,11 @@ func TestInHarness(t *testing.T) {
 	t.Run("LogBurst100k", func(t *testing.T) { ie.burst(ctx, t) })
 	t.Run("LogRelayKilledMidBurst", func(t *testing.T) { ie.relayKilledMidBurst(ctx, t) })
 	t.Run("LogReopenMidBurst", func(t *testing.T) { ie.reopenMidBurst(ctx, t) })
+	t.Run("JournalRateLimit", func(t *testing.T) { ie.journalRateLimit(ctx, t) })
+	t.Run("LogDiskFull", func(t *testing.T) { ie.logDiskFull(ctx, t) })
 	t.Run("FastPaths", func(t *testing.T) { ie.fastPaths(ctx, t) })
 	t.Run("CDIDevices", func(t *testing.T) { ie.cdiDevices(ctx, t) })
+	t.Run("BindMountOptions", func(t *testing.T) { ie.bindMountOptions(ctx, t) })
 	t.Run("Lifecycle200", func(t *testing.T) { ie.churn(ctx, t, 200) })
 }
 

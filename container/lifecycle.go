@@ -77,6 +77,7 @@ func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 		StopTimeout:      safetyStopTimeout,
 		StartTimeout:     m.opts.StartTimeout,
 		SyslogIdentifier: name,
+		JournalRateLimit: m.opts.JournalRateLimit,
 		LogFields: logs.ExtraFields(logs.Identity{
 			PodNamespace: r.PodNamespace, PodName: r.PodName, PodUID: r.PodUID,
 			ContainerName: name, ContainerID: r.ID, Attempt: r.Metadata.GetAttempt(),

@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/podunit/podunit/events"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/events"
 	"github.com/podunit/podunit/idindex"
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/oci"
@@ -25,9 +28,10 @@ import (
 // ctr is one container in memory. mu serialises lifecycle operations on
 // it; rec is replaced (never mutated in place) under mu.
 type ctr struct {
-	podID string // immutable, readable under Manager.mu alone
-	mu    sync.Mutex
-	rec   *record
+	podID   string // immutable, readable under Manager.mu alone
+	handler string // immutable, readable under Manager.mu alone
+	mu      sync.Mutex
+	rec     *record
 	// init is the running container's init once known (zero otherwise):
 	// it lets a status read answer without systemd (fastpath.go).
 	init initProc
@@ -39,8 +43,13 @@ type Manager struct {
 	sd   systemd.Conn
 	imgs ImageStore
 	pods Pods
-	rts  map[string]oci.Runtime
-	// features are the handlers' (Deps.Features), keyed like rts.
+	// rtMu guards rts, defHandler and features, which a reload replaces
+	// together.
+	rtMu       sync.RWMutex
+	rts        map[string]oci.Runtime
+	defHandler string
+	// features are the handlers' (Deps.Features, then ProbeFeatures at a
+	// reload), keyed like rts.
 	features map[string]oci.Features
 	logs     Logs      // may be nil
 	evs      Publisher // may be nil
@@ -69,7 +78,7 @@ func New(opts Options, deps Deps) (*Manager, error) {
 		}
 	}
 	return &Manager{
-		opts: opts, sd: deps.Systemd, imgs: deps.Images, pods: deps.Pods, rts: deps.Runtimes, features: deps.Features, logs: deps.Logs, evs: deps.Events,
+		opts: opts, sd: deps.Systemd, imgs: deps.Images, pods: deps.Pods, rts: deps.Runtimes, defHandler: opts.DefaultHandler, features: deps.Features, logs: deps.Logs, evs: deps.Events,
 		procRoot: "/proc", ctrs: map[string]*ctr{}, names: map[string]string{},
 	}, nil
 }
@@ -111,14 +120,92 @@ func (m *Manager) get(ref string) (*ctr, error) {
 }
 
 func (m *Manager) runtime(handler string) (oci.Runtime, error) {
+	rt, _, err := m.runtimeFeatures(handler)
+	return rt, err
+}
+
+// runtimeFeatures is handler's runtime with its features, read together
+// so a reload cannot pair one handler's runtime with another's features.
+func (m *Manager) runtimeFeatures(handler string) (oci.Runtime, oci.Features, error) {
+	m.rtMu.RLock()
+	defer m.rtMu.RUnlock()
 	if handler == "" {
-		handler = m.opts.DefaultHandler
+		handler = m.defHandler
 	}
 	rt, ok := m.rts[handler]
 	if !ok {
-		return nil, fmt.Errorf("runtime handler %q is not configured: %w", handler, errdefs.ErrNotFound)
+		return nil, oci.Features{}, fmt.Errorf("runtime handler %q is not configured: %w", handler, errdefs.ErrNotFound)
 	}
-	return rt, nil
+	return rt, m.features[handler], nil
+}
+
+// HandlerFeatures are the default handler and every handler's features
+// (names with no probed features map to none), as one consistent view of
+// the handlers in force: CRI Status advertises them.
+func (m *Manager) HandlerFeatures() (defaultHandler string, features map[string]oci.Features) {
+	m.rtMu.RLock()
+	defer m.rtMu.RUnlock()
+	out := make(map[string]oci.Features, len(m.rts))
+	for n := range m.rts {
+		out[n] = m.features[n]
+	}
+	return m.defHandler, out
+}
+
+// runtimes is the current set of runtimes, for callers that try them all.
+func (m *Manager) runtimes() []oci.Runtime {
+	m.rtMu.RLock()
+	defer m.rtMu.RUnlock()
+	out := make([]oci.Runtime, 0, len(m.rts))
+	for _, rt := range m.rts {
+		out = append(out, rt)
+	}
+	return out
+}
+
+// SetRuntimes replaces the runtimes and the default handler (a reload of
+// runtime.handlers). Containers record the handler they were created with
+// and keep using it by name, so a handler that an existing container uses
+// must stay: without it the container could no longer be exec'd into,
+// updated or cleaned up. Such a change is refused and nothing changes.
+//
+// New handlers, and handlers whose runtime changed, are asked for their
+// features (ProbeFeatures, as at start, each bounded by
+// oci.FeaturesTimeout); unchanged ones keep theirs. As at start, a handler
+// that cannot answer gets no features rather than failing the reload.
+func (m *Manager) SetRuntimes(ctx context.Context, defaultHandler string, rts map[string]oci.Runtime) error {
+	if _, ok := rts[defaultHandler]; !ok {
+		return fmt.Errorf("default handler %q has no runtime: %w", defaultHandler, errdefs.ErrInvalid)
+	}
+	// Probing runs the runtimes' binaries: no lock is held meanwhile.
+	m.rtMu.RLock()
+	features := make(map[string]oci.Features, len(rts))
+	probe := map[string]oci.Runtime{}
+	for n, rt := range rts {
+		if old, ok := m.rts[n]; ok && reflect.DeepEqual(old, rt) {
+			features[n] = m.features[n]
+			continue
+		}
+		probe[n] = rt
+	}
+	m.rtMu.RUnlock()
+	maps.Copy(features, ProbeFeatures(ctx, probe, m.opts.Logger))
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var used []string
+	for id, c := range m.ctrs {
+		if _, ok := rts[c.handler]; !ok {
+			used = append(used, fmt.Sprintf("%s (container %s)", c.handler, id))
+		}
+	}
+	if len(used) > 0 {
+		sort.Strings(used)
+		return fmt.Errorf("runtime handlers still in use cannot be removed: %s: %w", strings.Join(used, ", "), errdefs.ErrPrecondition)
+	}
+	m.rtMu.Lock()
+	m.rts, m.defHandler, m.features = rts, defaultHandler, features
+	m.rtMu.Unlock()
+	return nil
 }
 
 // logPath joins the pod's log directory and the container's relative log
@@ -157,6 +244,10 @@ func validateConfig(cfg *runtimeapi.ContainerConfig) error {
 		if hasDotDot(mnt.GetHostPath()) {
 			return fmt.Errorf("container config: mount host_path %q: %w", mnt.GetHostPath(), errdefs.ErrInvalid)
 		}
+		// Before anything is mounted for the container (image volumes).
+		if _, _, err := oci.MountOptions(mnt); err != nil {
+			return fmt.Errorf("container config: %w", err)
+		}
 	}
 	return nil
 }
@@ -187,7 +278,7 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 	if err != nil {
 		return "", err
 	}
-	rt, err := m.runtime(pod.RuntimeHandler)
+	rt, features, err := m.runtimeFeatures(pod.RuntimeHandler)
 	if err != nil {
 		return "", err
 	}
@@ -245,7 +336,7 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 
 	unit := unitName(id)
 	spec, user, err := m.buildSpec(ctx, specRequest{
-		id: id, cfg: cfg, sandboxCfg: sandboxCfg, pod: pod, img: img, rootfs: rootfs, features: m.features[rt.Name()],
+		id: id, cfg: cfg, sandboxCfg: sandboxCfg, pod: pod, img: img, rootfs: rootfs, features: features,
 		cgroupsPath: systemd.SlicePath(pod.Slice) + "/" + unit + "/container",
 	})
 	if err != nil {
@@ -275,7 +366,7 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 		return "", fmt.Errorf("create container: %w", err)
 	}
 	m.mu.Lock()
-	m.ctrs[id] = &ctr{podID: podID, rec: r}
+	m.ctrs[id] = &ctr{podID: podID, handler: r.Handler, rec: r}
 	m.mu.Unlock()
 	log.Debug("container created", "unit", unit)
 	m.publish(runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT, id, podID)

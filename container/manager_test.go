@@ -132,6 +132,10 @@ func TestCreateValidation(t *testing.T) {
 		"mount dotdot": func(c *runtimeapi.ContainerConfig) {
 			c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/a/../../b", HostPath: "/tmp"}}
 		},
+		// Refused before the image volume is mounted.
+		"image volume with unknown mount option": func(c *runtimeapi.ContainerConfig) {
+			c.Mounts = []*runtimeapi.Mount{{ContainerPath: "/v", Readonly: true, Image: &runtimeapi.ImageSpec{Image: "busybox"}, MountOptions: []string{"suid"}}}
+		},
 	}
 	for name, mut := range bad {
 		cfg := containerConfig("x")
@@ -703,4 +707,100 @@ func (e *env) createWithQuota(t *testing.T, pod, name string) string {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// A reload may add, change and drop runtime handlers, but not one that a
+// container still uses; the default handler follows the reload.
+func TestSetRuntimes(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("pod1", "app")
+	other := &fakeRuntime{}
+	if err := e.m.SetRuntimes(ctx, "crun", map[string]oci.Runtime{"crun": other}); !errors.Is(err, errdefs.ErrPrecondition) || !strings.Contains(fmt.Sprint(err), id) {
+		t.Fatalf("dropping the handler of %s: %v, want ErrPrecondition naming it", id, err)
+	}
+	if rt, err := e.m.runtime(""); err != nil || rt != e.rt {
+		t.Fatalf("after a refused change the default runtime is %v, %v", rt, err)
+	}
+	if err := e.m.SetRuntimes(ctx, "kata", map[string]oci.Runtime{"runc": e.rt}); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("default handler without a runtime: %v, want ErrInvalid", err)
+	}
+	if err := e.m.SetRuntimes(ctx, "crun", map[string]oci.Runtime{"runc": e.rt, "crun": other}); err != nil {
+		t.Fatal(err)
+	}
+	if rt, err := e.m.runtime(""); err != nil || rt != other {
+		t.Fatalf("default runtime after the reload: %v, %v; want the crun one", rt, err)
+	}
+	// the container keeps the handler it was created with
+	if err := e.m.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.m.runtimes(); len(got) != 2 {
+		t.Fatalf("runtimes() = %d, want 2", len(got))
+	}
+}
+
+// fakeRuntimeBinary is a runc whose `features` prints the document in
+// ../oci/testdata/features/name, or, with name empty, fails as a runc
+// without that command does.
+func fakeRuntimeBinary(t *testing.T, name string) string {
+	t.Helper()
+	dir := t.TempDir()
+	answer := `echo "unknown command features" >&2; exit 1`
+	if name != "" {
+		abs, err := filepath.Abs(filepath.Join("..", "oci", "testdata", "features", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer = "cat " + abs
+	}
+	script := "#!/bin/sh\nfor a; do last=$a; done\ncase \"$last\" in\nfeatures) " + answer + " ;;\n*) exit 2 ;;\nesac\n"
+	bin := filepath.Join(dir, "runc")
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// A reload that adds a handler probes it like the start does, so its
+// features appear with it; an unchanged handler keeps what it was probed
+// with, a changed one is asked again, and one that cannot answer is added
+// with no features, as at start.
+func TestSetRuntimesProbesFeatures(t *testing.T) {
+	e := newEnv(t)
+	e.rt.features = oci.Features{Source: "reprobed"}
+	e.deps.Features = map[string]oci.Features{"runc": {Source: "runc features", Version: "at start"}}
+	e.m = e.newManager()
+	dir := t.TempDir()
+	added := oci.NewRunc(oci.CLIConfig{Name: "runc-new", Binary: fakeRuntimeBinary(t, "runc-1.1.5.json"), Root: dir, ExecDir: dir})
+	broken := oci.NewRunc(oci.CLIConfig{Name: "broken", Binary: fakeRuntimeBinary(t, ""), Root: dir, ExecDir: dir})
+	if _, f := e.m.HandlerFeatures(); len(f) != 1 {
+		t.Fatalf("before the reload: %v", f)
+	}
+	if err := e.m.SetRuntimes(ctx, "runc", map[string]oci.Runtime{"runc": e.rt, "runc-new": added, "broken": broken}); err != nil {
+		t.Fatal(err)
+	}
+	def, f := e.m.HandlerFeatures()
+	if def != "runc" || len(f) != 3 {
+		t.Fatalf("after the reload: %q %v", def, f)
+	}
+	if f["runc-new"].Source != "runc-new features" || !strings.HasPrefix(f["runc-new"].Version, "1.1.5") {
+		t.Errorf("added handler: %+v", f["runc-new"])
+	}
+	if f["runc"].Version != "at start" {
+		t.Errorf("unchanged handler was probed again: %+v", f["runc"])
+	}
+	if f["broken"].Source != "" || f["broken"].RecursiveReadOnly {
+		t.Errorf("handler that cannot answer: %+v", f["broken"])
+	}
+	if _, got, err := e.m.runtimeFeatures("runc-new"); err != nil || !strings.HasPrefix(got.Version, "1.1.5") {
+		t.Errorf("CreateContainer would see %+v, %v", got, err)
+	}
+
+	// The default handler's runtime changes: it is asked again.
+	if err := e.m.SetRuntimes(ctx, "runc", map[string]oci.Runtime{"runc": &fakeRuntime{features: oci.Features{Source: "changed"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, f := e.m.HandlerFeatures(); len(f) != 1 || f["runc"].Source != "changed" {
+		t.Errorf("after changing runc: %v", f)
+	}
 }

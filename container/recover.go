@@ -42,7 +42,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			m.opts.Logger.Error("unreadable container record, leaving it for inspection", "container", id, "err", err)
 			continue
 		}
-		c := &ctr{podID: r.PodID, rec: &r}
+		c := &ctr{podID: r.PodID, handler: r.Handler, rec: &r}
 		m.mu.Lock()
 		m.ctrs[id] = c
 		m.names[nameKey(r.PodID, r.Metadata)] = id
@@ -153,7 +153,7 @@ func idOfUnit(unit string) string {
 func (m *Manager) removeOrphan(ctx context.Context, id string) error {
 	m.opts.Logger.Warn("removing leftovers of an unfinished container create", "container", id)
 	_ = m.sd.StopUnit(ctx, unitName(id))
-	for _, rt := range m.rts {
+	for _, rt := range m.runtimes() {
 		_ = rt.Delete(ctx, id)
 	}
 	if err := m.imgs.UnmountRootfs(ctx, id); err != nil {

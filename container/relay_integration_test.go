@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/podunit/podunit/logrelay"
+	"github.com/podunit/podunit/unitprops"
 )
 
 // The node's log relay may die at any moment: systemd restarts it, the
@@ -281,7 +283,7 @@ func (ie *inside) reopenMidBurst(ctx context.Context, t *testing.T) {
 		if err := os.Rename(logPath, rotated); err != nil {
 			t.Fatal(err)
 		}
-		if err := cl.Reopen(id); err != nil {
+		if err := cl.Reopen(id, logPath); err != nil {
 			t.Fatalf("reopen %d: %v", i, err)
 		}
 		files = append(files, rotated)
@@ -291,4 +293,129 @@ func (ie *inside) reopenMidBurst(ctx context.Context, t *testing.T) {
 	if err := m.Remove(ctx, id); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// journalRateLimit: with logs.journald_rate_limit_* set, journald keeps
+// only part of a chatty container's 20,000 lines and says it suppressed
+// the rest (once a line arrives after the window), while the CRI log file
+// has every one of them.
+func (ie *inside) journalRateLimit(ctx context.Context, t *testing.T) {
+	const n = 20000
+	opts := ie.opts
+	opts.JournalRateLimit = unitprops.RateLimit{Interval: 2 * time.Second, Burst: 200}
+	m, err := New(opts, ie.deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id := ie.run(ctx, t, m, shConfig("ratelimit", fmt.Sprintf(`i=0; while [ $i -lt %d ]; do echo line-$i; i=$((i+1)); done; sleep 3; echo after-the-window`, n)))
+	ie.waitExited(ctx, t, m, id, 2*time.Minute)
+	b, err := os.ReadFile(filepath.Join(ie.logDir, "ratelimit.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Count(string(b), " stdout F line-"); got != n || !strings.Contains(string(b), "after-the-window") {
+		t.Errorf("CRI log has %d lines, want %d: the journal's limit must not touch it", got, n)
+	}
+	unit := unitName(id)
+	var journal int
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _ := exec.CommandContext(ctx, "journalctl", "--no-pager", "-o", "cat", "-u", unit, "CONTAINER_ID="+id).Output()
+		journal = strings.Count(string(out), "line-")
+		if strings.Contains(string(out), "after-the-window") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// journald scales the burst with free disk space (up to 16 times
+	// here), so only bound it from both sides.
+	if journal < 200 || journal >= n {
+		t.Errorf("journal has %d of the %d lines, want the burst (200, scaled by free space) and not all", journal, n)
+	}
+	out, _ := exec.CommandContext(ctx, "journalctl", "--no-pager", "-o", "cat", "_TRANSPORT=driver").Output()
+	if !strings.Contains(string(out), "messages from "+unit) {
+		t.Errorf("journald did not report suppressing %s's lines:\n%s", unit, out)
+	}
+	if err := m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	ie.assertNoLeaks(ctx, t)
+}
+
+// logDiskFull: the pod log directory is a 64 KiB tmpfs, three quarters
+// full. The container outruns it and is not held up; the relay counts the
+// ENOSPC writes and reports the stream failing (podunit's metrics read
+// this); once space returns the next line is written to the same file and
+// nothing is failing any more.
+func (ie *inside) logDiskFull(ctx context.Context, t *testing.T) {
+	dir := filepath.Join(itestDir, "fulllogs")
+	os.MkdirAll(dir, 0o755)
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64k", "podunit-itest-full", dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount tmpfs: %v %s", err, out)
+	}
+	defer exec.Command("umount", dir).Run()
+	filler := filepath.Join(dir, "filler")
+	if err := os.WriteFile(filler, bytes.Repeat([]byte("f"), 48<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deps := ie.deps
+	deps.Pods = itestPods{logDir: dir}
+	m, err := New(ie.opts, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	relay := logrelay.Client{Socket: ie.opts.LogRelaySocket}
+	before, err := relay.Stats(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ie.run(ctx, t, m, shConfig("full", `line=$(head -c 1000 /dev/zero | tr '\0' x); i=0
+while [ $i -lt 40 ]; do echo "$i $line"; i=$((i+1)); done
+touch /tmp/phase1; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo after-space-returned; sleep 1000`))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, _, code, _ := m.ExecSync(ctx, id, []string{"test", "-e", "/tmp/phase1"}, 5); code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the container did not get past its output: held up by the full log file system")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	st, err := relay.Stats(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.NoSpaceErrors <= before.NoSpaceErrors || st.FailingStreams != before.FailingStreams+1 {
+		t.Fatalf("relay stats %+v (before %+v): want more no-space errors and one more failing stream", st, before)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, code, err := m.ExecSync(ctx, id, []string{"touch", "/tmp/go"}, 5); code != 0 || err != nil {
+		t.Fatalf("touch /tmp/go: %d %v", code, err)
+	}
+	logPath := filepath.Join(dir, "full.log")
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(logPath)
+		st, err = relay.Stats(5 * time.Second)
+		if err == nil && strings.Contains(string(b), " stdout F after-space-returned\n") && st.FailingStreams == before.FailingStreams {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after space returned: stats %+v (%v), log file ends %q", st, err, b[max(0, len(b)-200):])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	ie.assertNoLeaks(ctx, t)
 }

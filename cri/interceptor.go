@@ -107,7 +107,7 @@ func finish(log *slog.Logger, fullMethod string, start time.Time, err error) err
 }
 
 func (s *Server) configJSON() string {
-	b, err := json.Marshal(s.cfg)
+	b, err := json.Marshal(s.cfg())
 	if err != nil {
 		return err.Error()
 	}

@@ -204,7 +204,7 @@ func TestStreamStatsAndMetrics(t *testing.T) {
 		HostNetworkStats: ifs,
 	})
 	cfg := config.Default()
-	rt, _ := criClients(t, New(Deps{Config: &cfg, Stats: StatsDeps{Collector: c}}))
+	rt, _ := criClients(t, New(Deps{Config: func() *config.Config { return &cfg }, Stats: StatsDeps{Collector: c}}))
 	ctx := context.Background()
 
 	ctrID := func(s *runtimeapi.ContainerStats) string { return s.GetAttributes().GetId() }
@@ -290,7 +290,7 @@ func TestStreamStatsAndMetrics(t *testing.T) {
 
 func TestStreamStatsNotWired(t *testing.T) {
 	cfg := config.Default()
-	rt, _ := criClients(t, New(Deps{Config: &cfg}))
+	rt, _ := criClients(t, New(Deps{Config: func() *config.Config { return &cfg }}))
 	ctx := context.Background()
 
 	_, uerr := rt.ListContainerStats(ctx, &runtimeapi.ListContainerStatsRequest{})

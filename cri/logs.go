@@ -15,10 +15,10 @@ type containerStatuser interface {
 }
 
 // LogReopener makes the writer of a container's CRI log file (the node's
-// log relay, logrelay.Client) start a new file at the log path, returning
-// once it has; errdefs.ErrNotFound when it writes none for the container.
+// log relay, logrelay.Client) start a new file at logPath, returning once
+// it has; errdefs.ErrNotFound when there is none to write.
 type LogReopener interface {
-	Reopen(containerID string) error
+	Reopen(containerID, logPath string) error
 }
 
 // reopenContainerLog is ReopenContainerLog without the server: the kubelet
@@ -36,7 +36,7 @@ func reopenContainerLog(ctx context.Context, cs containerStatuser, lr LogReopene
 	if st.GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		return fmt.Errorf("reopen log of container %s: container is %s, not running: %w", id, st.GetState(), errdefs.ErrPrecondition)
 	}
-	if err := lr.Reopen(st.GetId()); err != nil {
+	if err := lr.Reopen(st.GetId(), st.GetLogPath()); err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
 			return fmt.Errorf("reopen log of container %s: it has no log path: %w", id, errdefs.ErrPrecondition)
 		}

@@ -17,7 +17,7 @@ func (f fakeStatuses) Status(_ context.Context, id string, _ bool) (*runtimeapi.
 	if !ok {
 		return nil, nil, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
 	}
-	return &runtimeapi.ContainerStatus{Id: id + "-full", State: st}, nil, nil
+	return &runtimeapi.ContainerStatus{Id: id + "-full", State: st, LogPath: "/var/log/pods/p/" + id + "-full.log"}, nil, nil
 }
 
 type fakeReopener struct {
@@ -25,7 +25,10 @@ type fakeReopener struct {
 	reopened []string
 }
 
-func (f *fakeReopener) Reopen(id string) error {
+func (f *fakeReopener) Reopen(id, path string) error {
+	if path != "/var/log/pods/p/"+id+".log" {
+		return fmt.Errorf("log path %q", path)
+	}
 	if !f.logs[id] {
 		return fmt.Errorf("container %s has no log: %w", id, errdefs.ErrNotFound)
 	}

@@ -40,7 +40,7 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 	resp := &runtimeapi.StatusResponse{
 		Status:          &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{runtimeCond, netCond}},
 		RuntimeHandlers: s.runtimeHandlers(),
-		Features:        &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true},
+		Features:        &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true, MountOptions: true},
 	}
 	if req.GetVerbose() {
 		resp.Info = map[string]string{"config": s.configJSON()}
@@ -49,16 +49,29 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 }
 
 func (s *Server) runtimeHandlers() []*runtimeapi.RuntimeHandler {
-	names := make([]string, 0, len(s.cfg.Runtime.Handlers))
-	for n := range s.cfg.Runtime.Handlers {
+	// Names and features come from one read, so a reload never shows a
+	// handler with another's (or no longer probed) features.
+	var def string
+	var features map[string]oci.Features
+	if s.handlers != nil {
+		def, features = s.handlers()
+	} else {
+		cfg := s.cfg()
+		def, features = cfg.Runtime.DefaultHandler, make(map[string]oci.Features, len(cfg.Runtime.Handlers))
+		for n := range cfg.Runtime.Handlers {
+			features[n] = oci.Features{}
+		}
+	}
+	names := make([]string, 0, len(features))
+	for n := range features {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	// The default handler is also reachable under the empty name, which is
 	// what the kubelet sends when a pod has no RuntimeClass.
-	out := []*runtimeapi.RuntimeHandler{{Name: "", Features: handlerFeatures(s.features[s.cfg.Runtime.DefaultHandler])}}
+	out := []*runtimeapi.RuntimeHandler{{Name: "", Features: handlerFeatures(features[def])}}
 	for _, n := range names {
-		out = append(out, &runtimeapi.RuntimeHandler{Name: n, Features: handlerFeatures(s.features[n])})
+		out = append(out, &runtimeapi.RuntimeHandler{Name: n, Features: handlerFeatures(features[n])})
 	}
 	return out
 }

@@ -20,7 +20,7 @@ func newTestServer(t *testing.T) (*Server, *systemdtest.Fake) {
 	cfg := config.Default()
 	cfg.CNI.ConfDir = t.TempDir()
 	fake := systemdtest.New()
-	return New(Deps{Config: &cfg, Systemd: fake, Version: "1.2.3"}), fake
+	return New(Deps{Config: func() *config.Config { return &cfg }, Systemd: fake, Version: "1.2.3"}), fake
 }
 
 func cond(st *runtimeapi.StatusResponse, typ string) *runtimeapi.RuntimeCondition {
@@ -42,10 +42,13 @@ func TestStatusReflectsSystemdAndCNI(t *testing.T) {
 	if !cond(st, runtimeapi.RuntimeReady).Status {
 		t.Fatal("runtime not ready with a live systemd")
 	}
+	if f := st.GetFeatures(); !f.GetMountOptions() || !f.GetSupplementalGroupsPolicy() {
+		t.Errorf("runtime features %+v: mount_options and supplemental_groups_policy are implemented", f)
+	}
 	if n := cond(st, runtimeapi.NetworkReady); n.Status || n.Reason == "" {
 		t.Fatalf("network ready without CNI config: %+v", n)
 	}
-	if err := os.WriteFile(filepath.Join(s.cfg.CNI.ConfDir, "10-bridge.conflist"), []byte("{}"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(s.cfg().CNI.ConfDir, "10-bridge.conflist"), []byte("{}"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	fake.Down = true
@@ -94,9 +97,12 @@ func TestToStatus(t *testing.T) {
 func TestStatusHandlerFeaturesPerHandler(t *testing.T) {
 	cfg := config.Default()
 	cfg.CNI.ConfDir = t.TempDir()
-	s := New(Deps{Config: &cfg, Systemd: systemdtest.New(), Features: map[string]oci.Features{
+	features := map[string]oci.Features{
 		"runc": {Source: "runc features", RecursiveReadOnly: true, UserNamespaces: true},
 		"crun": {Source: "crun --version", Version: "1.3"},
+	}
+	s := New(Deps{Config: func() *config.Config { return &cfg }, Systemd: systemdtest.New(), Handlers: func() (string, map[string]oci.Features) {
+		return cfg.Runtime.DefaultHandler, features
 	}})
 	st, err := s.Status(context.Background(), &runtimeapi.StatusRequest{})
 	if err != nil {
@@ -116,7 +122,9 @@ func TestStatusHandlerFeaturesPerHandler(t *testing.T) {
 	}
 	// A handler whose probe failed advertises nothing.
 	cfg.Runtime.DefaultHandler = "crun"
-	s = New(Deps{Config: &cfg, Systemd: systemdtest.New(), Features: map[string]oci.Features{}})
+	s = New(Deps{Config: func() *config.Config { return &cfg }, Systemd: systemdtest.New(), Handlers: func() (string, map[string]oci.Features) {
+		return "crun", map[string]oci.Features{"runc": {}, "crun": {}}
+	}})
 	st, _ = s.Status(context.Background(), &runtimeapi.StatusRequest{})
 	for _, h := range st.RuntimeHandlers {
 		if h.Features.RecursiveReadOnlyMounts || h.Features.UserNamespaces {

@@ -27,7 +27,8 @@ const (
 
 // Deps are the packages the server translates to.
 type Deps struct {
-	Config     *config.Config
+	// Config returns the running configuration, which a reload replaces.
+	Config     func() *config.Config
 	Systemd    systemd.Conn
 	Images     *imagestore.Store
 	Pods       *sandbox.Manager
@@ -35,9 +36,11 @@ type Deps struct {
 	Logs       LogReopener
 	Stream     *streaming.Server
 	Stats      StatsDeps
-	// Features are each configured handler's (container.ProbeFeatures,
-	// once at start), advertised in Status.
-	Features map[string]oci.Features
+	// Handlers are the default handler and each handler in force with its
+	// features (container.Manager.HandlerFeatures: probed at start and at
+	// a reload that changes the handlers), advertised in Status. Nil
+	// advertises the configured handlers with no features.
+	Handlers func() (defaultHandler string, features map[string]oci.Features)
 	Version  string
 	Logger   *slog.Logger
 	// Network reports whether pod networking is configured; nil means
@@ -52,7 +55,7 @@ type Server struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
 	runtimeapi.UnimplementedImageServiceServer
 
-	cfg    *config.Config
+	cfg    func() *config.Config
 	sd     systemd.Conn
 	images *imagestore.Store
 	pods   *sandbox.Manager
@@ -64,20 +67,20 @@ type Server struct {
 	stream   *streaming.Server
 	stats    StatsDeps
 	version  string
-	features map[string]oci.Features
+	handlers func() (string, map[string]oci.Features)
 	log      *slog.Logger
 	network  func(ctx context.Context) error
 }
 
 // New builds the server from its dependencies.
 func New(d Deps) *Server {
-	s := &Server{cfg: d.Config, sd: d.Systemd, images: d.Images, pods: d.Pods, ctrs: d.Containers, logs: d.Logs, stream: d.Stream, stats: d.Stats, version: d.Version, features: d.Features, log: d.Logger, network: d.Network}
+	s := &Server{cfg: d.Config, sd: d.Systemd, images: d.Images, pods: d.Pods, ctrs: d.Containers, logs: d.Logs, stream: d.Stream, stats: d.Stats, version: d.Version, handlers: d.Handlers, log: d.Logger, network: d.Network}
 	s.life = podlife.New(s.pods, s.ctrs)
 	if s.log == nil {
 		s.log = slog.Default()
 	}
 	if s.network == nil {
-		s.network = func(context.Context) error { return cniConfigured(s.cfg.CNI.ConfDir) }
+		s.network = func(context.Context) error { return cniConfigured(s.cfg().CNI.ConfDir) }
 	}
 	return s
 }

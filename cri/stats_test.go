@@ -39,7 +39,7 @@ func (e *eventStream) Send(r *runtimeapi.ContainerEventResponse) error {
 func statsServer(t *testing.T, hub *events.Hub) *Server {
 	cfg := config.Default()
 	pods, ctrs := newManagers(t, hub)
-	return New(Deps{Config: &cfg, Pods: pods, Containers: ctrs, Stats: StatsDeps{Hub: hub}})
+	return New(Deps{Config: func() *config.Config { return &cfg }, Pods: pods, Containers: ctrs, Stats: StatsDeps{Hub: hub}})
 }
 
 func TestGetContainerEventsStreamsWithStatuses(t *testing.T) {
@@ -130,7 +130,7 @@ func TestGetContainerEventsDropsStuckClient(t *testing.T) {
 
 func TestStatsNotWired(t *testing.T) {
 	cfg := config.Default()
-	s := New(Deps{Config: &cfg})
+	s := New(Deps{Config: func() *config.Config { return &cfg }})
 	if _, err := s.ListContainerStats(context.Background(), &runtimeapi.ListContainerStatsRequest{}); status.Code(ToStatus(err)) != codes.Unavailable {
 		t.Fatalf("unwired stats: %v", err)
 	}

@@ -242,8 +242,9 @@ func (s *Store) info(ctx context.Context, img *storage.Image) (*ImageInfo, *imag
 	}
 	info.UID, info.Username = parseImageUser(cfg.oci.Config.User)
 	// A pinned name may be a tag or a digest, so compare what is reported.
+	pinned := s.cur().pinned
 	for _, name := range slices.Concat(tags, digests) {
-		if s.pinned.match(name) {
+		if pinned.match(name) {
 			info.Pinned = true
 		}
 	}

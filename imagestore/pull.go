@@ -68,15 +68,16 @@ func (s *Store) pull(ctx context.Context, named reference.Named, creds credentia
 	log := s.log.With("image", named.String())
 	start := time.Now()
 
-	sys := s.systemContext()
+	l := s.cur()
+	sys := systemContext(s.opts, l)
 	creds.apply(sys)
-	policy, err := signature.NewPolicyFromFile(s.opts.PolicyPath)
+	policy, err := signature.NewPolicyFromFile(l.PolicyPath)
 	if err != nil {
 		return "", fmt.Errorf("reading signature policy: %w", err)
 	}
 	policyCtx, err := signature.NewPolicyContext(policy)
 	if err != nil {
-		return "", fmt.Errorf("signature policy %s: %w", s.opts.PolicyPath, err)
+		return "", fmt.Errorf("signature policy %s: %w", l.PolicyPath, err)
 	}
 	defer func() { _ = policyCtx.Destroy() }()
 
@@ -109,7 +110,7 @@ func (s *Store) pull(ctx context.Context, named reference.Named, creds credentia
 	defer cancel(nil)
 	progress := make(chan types.ProgressProperties)
 	watched := make(chan struct{})
-	timeout := s.opts.PullProgressTimeout
+	timeout := l.PullProgressTimeout
 	go func() {
 		defer close(watched)
 		watchProgress(progress, timeout, func() {

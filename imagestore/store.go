@@ -13,13 +13,17 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/podunit/podunit/errdefs"
 
+	"go.podman.io/image/v5/pkg/sysregistriesv2"
+	"go.podman.io/image/v5/signature"
 	is "go.podman.io/image/v5/storage"
 	"go.podman.io/image/v5/types"
 	"go.podman.io/storage"
@@ -60,10 +64,12 @@ type Options struct {
 // Store is podunit's handle on the image and layer store. It is safe for
 // concurrent use.
 type Store struct {
-	store   storage.Store
-	opts    Options
-	log     *slog.Logger
-	pinned  pinSet
+	store storage.Store
+	opts  Options // its Live fields are as started: read those from live
+	log   *slog.Logger
+	// live is what Reconfigure may replace while pulls run; each pull
+	// loads it once, so one pull never mixes two configurations.
+	live    atomic.Pointer[live]
 	pulls   *pullGroup
 	configs sync.Map // image ID -> *imageConfig; image IDs are content addresses, so entries never go stale
 
@@ -133,18 +139,88 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	}
 	o.Logger.InfoContext(ctx, "image store ready", "root", o.Root, "runroot", o.RunRoot, "driver", driver)
 
-	pinned, err := newPinSet(o.PinnedImages)
+	l, err := newLive(o.Live())
 	if err != nil {
 		_, _ = st.Shutdown(false)
 		return nil, err
 	}
-	return &Store{
-		store:  st,
-		opts:   o,
-		log:    o.Logger,
-		pinned: pinned,
-		pulls:  newPullGroup(o.MaxParallelPulls),
-	}, nil
+	s := &Store{
+		store: st,
+		opts:  o,
+		log:   o.Logger,
+		pulls: newPullGroup(o.MaxParallelPulls),
+	}
+	s.live.Store(l)
+	// Parsing registries.conf now puts it in containers/image's cache, which
+	// is what a reload that finds the file broken keeps using; it also tells
+	// the operator at start rather than at the first pull.
+	if _, err := sysregistriesv2.TryUpdatingCache(s.systemContext()); err != nil {
+		o.Logger.WarnContext(ctx, "registries configuration unusable: pulls will fail until it is fixed", "err", err)
+	}
+	return s, nil
+}
+
+// Live are the options a reload may change on a running Store.
+type Live struct {
+	RegistriesConf      string
+	PolicyPath          string
+	AuthFile            string
+	PullProgressTimeout time.Duration
+	PinnedImages        []string
+}
+
+// Live returns the reloadable part of o.
+func (o Options) Live() Live {
+	return Live{
+		RegistriesConf: o.RegistriesConf, PolicyPath: o.PolicyPath, AuthFile: o.AuthFile,
+		PullProgressTimeout: o.PullProgressTimeout, PinnedImages: o.PinnedImages,
+	}
+}
+
+// live is a checked Live with the pinned references and globs parsed.
+type live struct {
+	Live
+	pinned pinSet
+}
+
+func newLive(l Live) (*live, error) {
+	if l.RegistriesConf == "" || l.PolicyPath == "" || l.PullProgressTimeout <= 0 {
+		return nil, fmt.Errorf("image store: registries conf, policy path and pull progress timeout are required: %w", errdefs.ErrInvalid)
+	}
+	pinned, err := newPinSet(l.PinnedImages)
+	if err != nil {
+		return nil, err
+	}
+	out := &live{Live: l, pinned: pinned}
+	out.PinnedImages = slices.Clone(l.PinnedImages)
+	return out, nil
+}
+
+func (s *Store) cur() *live { return s.live.Load() }
+
+// Reconfigure switches the store to l once it has checked it: the pinned
+// references and globs parse, the signature policy parses and registries.conf (with
+// its .d directory) parses. Otherwise it returns why and keeps everything
+// as it was, including containers/image's cached registries configuration,
+// which it otherwise re-reads: that cache is never refreshed by itself.
+// Pulls already running finish with the configuration they started with.
+func (s *Store) Reconfigure(ctx context.Context, l Live) error {
+	next, err := newLive(l)
+	if err != nil {
+		return err
+	}
+	if _, err := signature.NewPolicyFromFile(next.PolicyPath); err != nil {
+		return fmt.Errorf("signature policy %s: %w: %w", next.PolicyPath, errdefs.ErrInvalid, err)
+	}
+	// Last, because on success it replaces the cached configuration for
+	// these paths at once, and nothing after it may fail.
+	if _, err := sysregistriesv2.TryUpdatingCache(systemContext(s.opts, next)); err != nil {
+		return fmt.Errorf("registries configuration %s: %w: %w", next.RegistriesConf, errdefs.ErrInvalid, err)
+	}
+	s.live.Store(next)
+	s.log.InfoContext(ctx, "image configuration reloaded", "registries_conf", next.RegistriesConf,
+		"policy", next.PolicyPath, "auth_file", next.AuthFile, "pinned", next.PinnedImages)
+	return nil
 }
 
 // Close releases the store. Mounted container filesystems stay mounted, so
@@ -164,32 +240,36 @@ func (s *Store) Driver() string { return s.store.GraphDriverName() }
 
 // systemContext is the containers/image configuration for one operation.
 func (s *Store) systemContext() *types.SystemContext {
+	return systemContext(s.opts, s.cur())
+}
+
+func systemContext(o Options, l *live) *types.SystemContext {
 	return &types.SystemContext{
-		SystemRegistriesConfPath:    s.opts.RegistriesConf,
-		SystemRegistriesConfDirPath: s.opts.RegistriesConf + ".d",
-		SignaturePolicyPath:         s.opts.PolicyPath,
-		AuthFilePath:                s.authFile(),
+		SystemRegistriesConfPath:    l.RegistriesConf,
+		SystemRegistriesConfDirPath: l.RegistriesConf + ".d",
+		SignaturePolicyPath:         l.PolicyPath,
+		AuthFilePath:                authFile(o.RunRoot, l.AuthFile),
 		DockerRegistryUserAgent:     "podunit",
 		// Large blobs are staged under the store itself rather than in
 		// /var/tmp, which may be a different (smaller) filesystem.
-		BigFilesTemporaryDir: s.tmpDir(),
+		BigFilesTemporaryDir: tmpDir(o.Root),
 	}
 }
 
 // authFile is Options.AuthFile, or when unset a path that never exists:
 // naming a file is the only way to switch off containers/image's search of
 // the home directory, and a missing file just means no credentials.
-func (s *Store) authFile() string {
-	if s.opts.AuthFile != "" {
-		return s.opts.AuthFile
+func authFile(runRoot, configured string) string {
+	if configured != "" {
+		return configured
 	}
-	return filepath.Join(s.opts.RunRoot, "podunit-no-auth-file", "auth.json")
+	return filepath.Join(runRoot, "podunit-no-auth-file", "auth.json")
 }
 
 // tmpDirName is podunit's staging directory inside Root.
 const tmpDirName = "podunit-tmp"
 
-func (s *Store) tmpDir() string { return filepath.Join(s.opts.Root, tmpDirName) }
+func tmpDir(root string) string { return filepath.Join(root, tmpDirName) }
 
 // imageRef is a containers/image reference to an image already in the store.
 func (s *Store) imageRef(id string) (types.ImageReference, error) {

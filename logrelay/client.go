@@ -187,9 +187,12 @@ func (c Client) Flush(ctx context.Context, id string) error {
 
 // Reopen makes the relay write the container's output to a new file at
 // its log path (the kubelet renamed the old one); it returns once the
-// switch is done. errdefs.ErrNotFound: the relay writes no log file for
-// the container.
-func (c Client) Reopen(id string) error {
+// switch is done. A container that runs on after closing both its
+// streams has no writer left: the relay forgot it, and Reopen only makes
+// sure a file is at path, as after any reopen (the kubelet reads the path
+// and rotates again). errdefs.ErrNotFound: the relay writes no log file
+// for the container and path is empty.
+func (c Client) Reopen(id, path string) error {
 	if !ValidID(id) {
 		return fmt.Errorf("log relay: bad container id %q", id)
 	}
@@ -201,7 +204,14 @@ func (c Client) Reopen(id string) error {
 	case replyOK:
 		return nil
 	case replyUnknown:
-		return fmt.Errorf("log relay: no log file for container %s: %w", id, errdefs.ErrNotFound)
+		if path == "" {
+			return fmt.Errorf("log relay: no log file for container %s: %w", id, errdefs.ErrNotFound)
+		}
+		f, err := openLogFile(path, -1, -1)
+		if err != nil {
+			return fmt.Errorf("log relay: container %s has no output left; new log file: %w", id, err)
+		}
+		return f.Close()
 	}
 	return fmt.Errorf("log relay: %s", reply)
 }
@@ -258,6 +268,29 @@ func (c Client) Hangup(id string) error {
 		return fmt.Errorf("log relay: no terminal of container %s: %w", id, errdefs.ErrNotFound)
 	}
 	return fmt.Errorf("log relay: %s", reply)
+}
+
+// Stats are the relay's CRI log file figures since it started.
+type Stats struct {
+	// FailingStreams cannot write their CRI log file now.
+	FailingStreams int64
+	// NoSpaceErrors and OtherErrors count failed writes of a chunk:
+	// ENOSPC/EDQUOT (the log file system is full), and anything else.
+	NoSpaceErrors, OtherErrors uint64
+}
+
+// Stats asks the relay for its figures.
+func (c Client) Stats(timeout time.Duration) (Stats, error) {
+	reply, err := call(c.Socket, "STATS", nil, timeout)
+	if err != nil {
+		return Stats{}, err
+	}
+	var st Stats
+	if _, err := fmt.Sscanf(reply, replyOK+" failing=%d nospace=%d other=%d", &st.FailingStreams, &st.NoSpaceErrors, &st.OtherErrors); err != nil {
+		// A relay older than podunit (never restarted by it) knows no STATS.
+		return Stats{}, fmt.Errorf("log relay: STATS: %q", reply)
+	}
+	return st, nil
 }
 
 // Ping checks that a relay answers at socket.

@@ -3,6 +3,7 @@ package logrelay
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/logs"
 	"github.com/podunit/podunit/statefile"
 )
@@ -249,7 +251,7 @@ func TestRelayWritesTheCRIFileAndReopens(t *testing.T) {
 		if err := os.Rename(logPath, r); err != nil {
 			t.Fatal(err)
 		}
-		if err := cl.Reopen("l1"); err != nil {
+		if err := cl.Reopen("l1", logPath); err != nil {
 			t.Fatal(err)
 		}
 		rotated = append(rotated, r)
@@ -281,8 +283,19 @@ func TestRelayWritesTheCRIFileAndReopens(t *testing.T) {
 			}
 		}
 	}
-	if err := cl.Reopen("l1"); err == nil {
-		t.Fatal("reopen of a finished container succeeded")
+	if err := cl.Reopen("l1", ""); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("reopen of a finished container without a path: %v, want ErrNotFound", err)
+	}
+	// Its output ended while it runs on: the kubelet's rotation gets a
+	// fresh file at the path, nothing writes to it.
+	if err := os.Rename(logPath, logPath+".last"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Reopen("l1", logPath); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(logPath); err != nil || st.Size() != 0 {
+		t.Fatalf("log path after reopen of an ended container: %v %v", st, err)
 	}
 	if got := store.names(); len(got) != 0 {
 		t.Fatalf("fd store still holds %v", got)

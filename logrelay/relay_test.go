@@ -370,3 +370,19 @@ func TestCommandPrefersTheSmallBinary(t *testing.T) {
 		t.Fatalf("with the small binary: %q", got)
 	}
 }
+
+func TestStatsCountsWriteFailures(t *testing.T) {
+	s, sock, _ := startServer(t)
+	cl := Client{Socket: sock}
+	s.stats.writeFailed(&os.PathError{Op: "write", Path: "0.log", Err: unix.ENOSPC})
+	s.stats.writeFailed(unix.EDQUOT)
+	s.stats.writeFailed(unix.EIO)
+	s.stats.failing.Add(1)
+	st, err := cl.Stats(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st != (Stats{FailingStreams: 1, NoSpaceErrors: 2, OtherErrors: 1}) {
+		t.Fatalf("stats %+v", st)
+	}
+}

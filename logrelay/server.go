@@ -49,6 +49,26 @@ type Server struct {
 	active    map[string]*relay
 	done      map[string]time.Time
 	storeWarn bool
+
+	stats counters
+}
+
+// counters are the relay's answer to STATS, podunit's metrics of the CRI
+// log files: they start at zero with each relay process.
+type counters struct {
+	// failing is how many streams cannot write their CRI log file now.
+	failing atomic.Int64
+	// noSpace and other count failed writes of a chunk (ENOSPC or EDQUOT:
+	// /var/log/pods full; anything else).
+	noSpace, other atomic.Uint64
+}
+
+func (c *counters) writeFailed(err error) {
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		c.noSpace.Add(1)
+	} else {
+		c.other.Add(1)
+	}
 }
 
 // relay is one container's pair of streams.
@@ -530,17 +550,21 @@ func (s *Server) startPump(r *relay, stream string, pipe, sock *os.File) {
 		}
 		j = newJournalSink(sock, a)
 	}
+	// Only the pump's goroutine reads and writes failing.
 	failing := false
 	onWriteErr := func(err error) {
 		if err == nil {
 			if failing {
 				failing = false
+				s.stats.failing.Add(-1)
 				s.log.Info("container log file writable again", "container", r.id, "stream", stream)
 			}
 			return
 		}
+		s.stats.writeFailed(err)
 		if !failing {
 			failing = true
+			s.stats.failing.Add(1)
 			s.log.Error("cannot write the container's CRI log file; its lines are lost for kubectl logs until it is writable again (journald still gets them)", "container", r.id, "stream", stream, "path", r.LogPath, "err", err)
 		}
 	}
@@ -548,6 +572,9 @@ func (s *Server) startPump(r *relay, stream string, pipe, sock *os.File) {
 		err := pump(pipe, r.TTY && stream == "out", cri, j, t, onWriteErr)
 		if r.hungUp.Load() {
 			err = nil // the read the close ended
+		}
+		if failing {
+			s.stats.failing.Add(-1)
 		}
 		s.mu.Lock()
 		if r.toWrite--; r.toWrite == 0 {
@@ -759,6 +786,10 @@ func (s *Server) dispatchLog(ctx context.Context, msg []byte, fds []int, peer in
 	case f[0] == "PING" && len(f) == 1:
 		closeAll(fds)
 		return replyOK
+	case f[0] == "STATS" && len(f) == 1:
+		closeAll(fds)
+		return fmt.Sprintf("%s failing=%d nospace=%d other=%d", replyOK,
+			s.stats.failing.Load(), s.stats.noSpace.Load(), s.stats.other.Load())
 	}
 	closeAll(fds)
 	return "ERR unknown request " + strconv.Quote(f[0])

@@ -14,6 +14,7 @@ import (
 
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/logrelay"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -30,6 +31,46 @@ type Options struct {
 	// EventSubscribers reports live GetContainerEvents subscriptions
 	// (events.Hub.Subscribers); nil omits the metric.
 	EventSubscribers func() int
+	// LogRelayStats asks the node's log relay for its CRI log file figures
+	// (logrelay.Client.Stats); nil omits the metrics.
+	LogRelayStats func() (logrelay.Stats, error)
+}
+
+// relayCollector asks the relay at scrape time: it is another process,
+// and its figures (a full /var/log/pods) matter most when nothing else
+// calls it.
+type relayCollector struct {
+	up, failing, errs *prometheus.Desc
+	fn                func() (logrelay.Stats, error)
+}
+
+func newRelayCollector(fn func() (logrelay.Stats, error)) relayCollector {
+	return relayCollector{
+		up: prometheus.NewDesc("podunit_logrelay_up", "1 when the node's log relay answered this scrape.", nil, nil),
+		failing: prometheus.NewDesc("podunit_log_file_failing_streams",
+			"Container output streams whose CRI log file cannot be written now (their lines are missing from kubectl logs).", nil, nil),
+		errs: prometheus.NewDesc("podunit_log_file_write_errors_total",
+			"Failed writes to CRI log files since the relay started, by reason (no_space: ENOSPC or EDQUOT).", []string{"reason"}, nil),
+		fn: fn,
+	}
+}
+
+func (c relayCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.up
+	ch <- c.failing
+	ch <- c.errs
+}
+
+func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
+	st, err := c.fn()
+	if err != nil {
+		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 0)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, 1)
+	ch <- prometheus.MustNewConstMetric(c.failing, prometheus.GaugeValue, float64(st.FailingStreams))
+	ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, float64(st.NoSpaceErrors), "no_space")
+	ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, float64(st.OtherErrors), "other")
 }
 
 // containersCollector asks for the counts at scrape time, so there is no
@@ -67,6 +108,9 @@ func NewRegistry(o Options) (*prometheus.Registry, error) {
 			Namespace: "podunit", Subsystem: "events", Name: "subscribers",
 			Help: "Live GetContainerEvents subscriptions.",
 		}, func() float64 { return float64(o.EventSubscribers()) }))
+	}
+	if o.LogRelayStats != nil {
+		cs = append(cs, newRelayCollector(o.LogRelayStats))
 	}
 	for _, c := range cs {
 		if err := r.Register(c); err != nil {

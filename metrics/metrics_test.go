@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/podunit/podunit/cri"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/events"
+	"github.com/podunit/podunit/logrelay"
 	"github.com/podunit/podunit/systemd"
 )
 
@@ -73,5 +75,46 @@ func TestEndpointServesEverything(t *testing.T) {
 	}
 	if _, err := http.Get("http://" + s.lis.Addr().String() + "/metrics"); err == nil {
 		t.Fatal("endpoint still up after Stop")
+	}
+}
+
+func TestLogRelayMetrics(t *testing.T) {
+	var st logrelay.Stats
+	var relayErr error
+	r, err := NewRegistry(Options{LogRelayStats: func() (logrelay.Stats, error) { return st, relayErr }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gather := func() string {
+		var b strings.Builder
+		mfs, err := r.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if strings.Contains(mf.GetName(), "log") {
+				for _, m := range mf.GetMetric() {
+					lbl := ""
+					for _, l := range m.GetLabel() {
+						lbl += l.GetValue()
+					}
+					v := m.GetGauge().GetValue() + m.GetCounter().GetValue()
+					fmt.Fprintf(&b, "%s{%s} %g\n", mf.GetName(), lbl, v)
+				}
+			}
+		}
+		return b.String()
+	}
+	st = logrelay.Stats{FailingStreams: 2, NoSpaceErrors: 17, OtherErrors: 1}
+	got := gather()
+	for _, want := range []string{"podunit_logrelay_up{} 1", "podunit_log_file_failing_streams{} 2",
+		"podunit_log_file_write_errors_total{no_space} 17", "podunit_log_file_write_errors_total{other} 1"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in\n%s", want, got)
+		}
+	}
+	relayErr = errors.New("relay down")
+	if got := gather(); got != "podunit_logrelay_up{} 0\n" {
+		t.Errorf("relay down: %q, want only up 0", got)
 	}
 }

@@ -95,7 +95,30 @@ func MountOptions(m *runtimeapi.Mount) (opts []string, rootfsPropagation string,
 	default:
 		opts = append(opts, rwOpt(m.GetReadonly()))
 	}
-	return opts, rootfsPropagation, nil
+	extra, err := bindMountFlags(m)
+	if err != nil {
+		return nil, "", err
+	}
+	return append(opts, extra...), rootfsPropagation, nil
+}
+
+// bindMountFlags are the mount's KEP-5855 options: only the three flags the
+// CRI defines. Anything else (an "exec" undoing a "noexec", "suid", a
+// propagation or "rw" smuggled in) would change what the fields above
+// decided, so it is refused rather than passed to the OCI runtime.
+func bindMountFlags(m *runtimeapi.Mount) ([]string, error) {
+	var out []string
+	for _, o := range m.GetMountOptions() {
+		switch o {
+		case "noexec", "nodev", "nosuid":
+			if !slices.Contains(out, o) {
+				out = append(out, o)
+			}
+		default:
+			return nil, invalid("mounts", "%s: mount option %q is not supported (only noexec, nodev, nosuid)", m.GetContainerPath(), o)
+		}
+	}
+	return out, nil
 }
 
 // withCRIMounts adds the config's mounts, parents before children, replacing

@@ -111,6 +111,8 @@ func TestGenerateSpecErrors(t *testing.T) {
 		{name: "relative rootfs", mutate: func(in *SpecInput) { in.RootfsPath = "rootfs" }, err: errdefs.ErrInvalid},
 		{name: "no cgroups path", mutate: func(in *SpecInput) { in.CgroupsPath = "" }, err: errdefs.ErrInvalid},
 		{name: "hostile mount", mutate: func(in *SpecInput) { in.Config.Mounts[0].ContainerPath = "/../etc" }, err: errdefs.ErrInvalid},
+		{name: "mount option outside KEP-5855", mutate: func(in *SpecInput) { in.Config.Mounts[0].MountOptions = []string{"noexec", "exec"} }, err: errdefs.ErrInvalid},
+		{name: "mount option smuggling rw", mutate: func(in *SpecInput) { in.Config.Mounts[0].MountOptions = []string{"rw"} }, err: errdefs.ErrInvalid},
 		{name: "privileged in normal pod", mutate: func(in *SpecInput) { in.Config.Linux.SecurityContext.Privileged = true }, err: errdefs.ErrInvalid},
 		{name: "apparmor localhost on host without it", mutate: func(in *SpecInput) {
 			in.Config.Linux.SecurityContext.Apparmor = &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost, LocalhostRef: "p"}
@@ -163,5 +165,18 @@ func TestGenerateSpecHostNetwork(t *testing.T) {
 	}
 	if _, ok := nsString(s)["network"]; ok {
 		t.Error("host network got a network namespace")
+	}
+}
+
+func TestBindMountOptions(t *testing.T) {
+	in := baseInput()
+	in.Config.Mounts[0].MountOptions = []string{"nosuid", "noexec", "nodev", "noexec"}
+	s, err := GenerateSpec(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := findMount(s, "/data")
+	if m == nil || !slices.Equal(m.Options, []string{"rbind", "rprivate", "ro", "nosuid", "noexec", "nodev"}) {
+		t.Errorf("mount = %+v", m)
 	}
 }

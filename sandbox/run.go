@@ -38,7 +38,7 @@ func (m *Manager) validate(cfg *runtimeapi.PodSandboxConfig, handler string) (*p
 	if md == nil || md.GetName() == "" || md.GetNamespace() == "" {
 		return nil, fmt.Errorf("pod sandbox metadata needs name and namespace: %w", errdefs.ErrInvalid)
 	}
-	if handler != "" && !slices.Contains(m.opts.Handlers, handler) {
+	if handler != "" && !slices.Contains(*m.handlers.Load(), handler) {
 		return nil, fmt.Errorf("runtime handler %q is not configured: %w", handler, errdefs.ErrInvalid)
 	}
 	nso := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()

@@ -143,9 +143,12 @@ var DefaultPodInit = []string{"/usr/bin/unshare", "--pid", "--fork", "--kill-chi
 
 // Manager owns every pod sandbox.
 type Manager struct {
-	opts Options
+	opts Options // Handlers is as started: handlers holds the current ones
 	log  *slog.Logger
 	net  network.Plugin
+	// handlers are the runtime handlers a pod may name; a reload of
+	// runtime.handlers replaces them (SetHandlers).
+	handlers atomic.Pointer[[]string]
 
 	mu    sync.Mutex
 	pods  map[string]*entry
@@ -209,10 +212,18 @@ func New(opts Options) (*Manager, error) {
 		return nil, fmt.Errorf("sandbox: a network plugin or a CNI configuration directory is required: %w", errdefs.ErrInvalid)
 	}
 	m := &Manager{opts: opts, log: opts.Logger, net: opts.Network, pods: map[string]*entry{}, names: map[string]string{}}
+	m.SetHandlers(opts.Handlers)
 	if m.net == nil {
 		m.net = network.NewCNI(network.Options{ConfDir: opts.CNIConfDir, BinDirs: opts.CNIBinDirs, CacheDir: opts.CNICacheDir})
 	}
 	return m, nil
+}
+
+// SetHandlers replaces the runtime handlers pods may name from now on; pods
+// that exist keep the handler they were created with.
+func (m *Manager) SetHandlers(names []string) {
+	h := slices.Clone(names)
+	m.handlers.Store(&h)
 }
 
 // NetworkReady reports whether pods can get a network (for Status).

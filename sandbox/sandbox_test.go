@@ -716,3 +716,18 @@ func countInits(t *testing.T) int {
 	}
 	return n
 }
+
+func TestSetHandlers(t *testing.T) {
+	e := newEnv(t)
+	if _, err := e.m.Run(context.Background(), podConfig("k1"), "kata"); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("unknown handler: %v, want ErrInvalid", err)
+	}
+	e.m.SetHandlers([]string{"runc", "kata"})
+	if _, err := e.m.Run(context.Background(), podConfig("k2"), "kata"); err != nil {
+		t.Fatalf("handler added by a reload: %v", err)
+	}
+	e.m.SetHandlers([]string{"runc"})
+	if _, err := e.m.Run(context.Background(), podConfig("k3"), "kata"); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("handler dropped by a reload: %v, want ErrInvalid", err)
+	}
+}

@@ -55,6 +55,16 @@ type Service struct {
 	SyslogIdentifier string
 	// LogFields are "KEY=value" journal fields added to every line of the unit.
 	LogFields []string
+	// JournalRateLimit is journald's per-unit rate limit for the unit's
+	// output; the zero value turns it off (journald's default would apply
+	// with the property unset).
+	JournalRateLimit RateLimit
+}
+
+// RateLimit is at most Burst journal lines per Interval; either zero is off.
+type RateLimit struct {
+	Interval time.Duration
+	Burst    uint32
 }
 
 // execCommand has the D-Bus shape (sasb) of ExecStart= entries. The bool
@@ -100,9 +110,10 @@ func Properties(s Service, r *runtimeapi.LinuxContainerResources, caps Caps) ([]
 		// after the timeout: the semantics of docker/containerd stop.
 		prop("KillMode", "mixed"),
 		prop("SendSIGKILL", true),
-		// Container output is the workload's log: never drop it.
-		prop("LogRateLimitIntervalUSec", uint64(0)),
-		prop("LogRateLimitBurst", uint32(0)),
+		// Only the journal's copy of the output: the relay writes the CRI log
+		// file itself.
+		prop("LogRateLimitIntervalUSec", uint64(s.JournalRateLimit.Interval/time.Microsecond)),
+		prop("LogRateLimitBurst", s.JournalRateLimit.Burst),
 		// systemd's DefaultTasksMax is meant for daemons, not workloads;
 		// pids limits belong to the pod's slice (kubelet podPidsLimit).
 		PidsProperty(0),

@@ -52,6 +52,7 @@ func baseService() Service {
 		StartTimeout:     2 * time.Minute,
 		SyslogIdentifier: "nginx",
 		LogFields:        []string{"POD_NAMESPACE=default", "POD_NAME=web", "CONTAINER_NAME=nginx", "CONTAINER_ID=abc"},
+		JournalRateLimit: RateLimit{Interval: 30 * time.Second, Burst: 10000},
 	}
 }
 

@@ -15,10 +15,10 @@ import (
 )
 
 // adminSocket is the root-only socket operator commands use for what the
-// CRI has no call for (gc).
+// CRI has no call for (gc, reload).
 func adminSocket(runDir string) string { return filepath.Join(runDir, "admin.sock") }
 
-func serveAdmin(runDir string, runner *gc.Runner, log *slog.Logger) (func(), error) {
+func serveAdmin(runDir string, runner *gc.Runner, rl *reloader, log *slog.Logger) (func(), error) {
 	p := adminSocket(runDir)
 	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
@@ -35,6 +35,13 @@ func serveAdmin(runDir string, runner *gc.Runner, log *slog.Logger) (func(), err
 		if err != nil {
 			log.Warn("gc on demand incomplete", "err", err)
 		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(res)
+	})
+	// Synchronous, unlike SIGHUP: `systemctl reload` (ExecReload=podunit
+	// reload) returns once the reload is done and fails when it is refused.
+	mux.HandleFunc("POST /reload", func(w http.ResponseWriter, r *http.Request) {
+		res, _ := rl.reload(r.Context())
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(res)
 	})

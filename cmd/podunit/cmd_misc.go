@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/podunit/podunit/config"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 func init() {
@@ -45,15 +49,24 @@ func (f *configFlags) register(fs *flag.FlagSet) {
 // load returns the validated configuration or prints why not; exit code 2
 // is for configuration errors.
 func (f *configFlags) load() (*config.Config, int) {
+	c, err := f.read()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "podunit: %v\n", err)
+		return nil, 2
+	}
+	return &c, 0
+}
+
+// read loads the files, applies the flags and validates: what serve does at
+// start and again on every reload, so flags keep overriding the files.
+func (f *configFlags) read() (config.Config, error) {
 	c, _, err := config.Load(f.path)
 	if err != nil {
 		var fe *config.FileError
 		if errors.As(err, &fe) {
-			fmt.Fprintf(os.Stderr, "podunit: configuration error: %v\n", fe)
-		} else {
-			fmt.Fprintf(os.Stderr, "podunit: reading configuration: %v\n", err)
+			return c, fmt.Errorf("configuration error: %w", fe)
 		}
-		return nil, 2
+		return c, fmt.Errorf("reading configuration: %w", err)
 	}
 	set := func(dst *string, v string) {
 		if v != "" {
@@ -67,10 +80,9 @@ func (f *configFlags) load() (*config.Config, int) {
 	set(&c.CNI.ConfDir, f.cniConfDir)
 	set(&c.Image.RegistriesConf, f.registriesConf)
 	if err := c.Validate(); err != nil {
-		fmt.Fprintf(os.Stderr, "podunit: %v\n", err)
-		return nil, 2
+		return c, err
 	}
-	return &c, 0
+	return c, nil
 }
 
 func runConfig(args []string) int {
@@ -78,6 +90,7 @@ func runConfig(args []string) int {
 	var cf configFlags
 	cf.register(fs)
 	documented := fs.Bool("documented", false, "print every key with its documentation (the shipped sample)")
+	running := fs.Bool("running", false, "print the configuration the daemon runs with (after reloads; a changed key that waits for a restart shows its running value)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: podunit config [flags]\n\nPrints the effective configuration (defaults, file, drop-ins, flags) as TOML.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -88,6 +101,13 @@ func runConfig(args []string) int {
 	c, code := cf.load()
 	if c == nil {
 		return code
+	}
+	if *running {
+		rc, err := runningConfig(&cliFlags{configFlags: cf})
+		if err != nil {
+			return fail("%v", err)
+		}
+		c = rc
 	}
 	encode := config.Encode
 	if *documented {
@@ -107,4 +127,25 @@ func flagExit(err error) int {
 		return 0
 	}
 	return 2
+}
+
+// runningConfig asks the daemon, through CRI Status verbose, for the
+// configuration it runs with.
+func runningConfig(cf *cliFlags) (*config.Config, error) {
+	rt, closeConn, err := cf.dial()
+	if err != nil {
+		return nil, err
+	}
+	defer closeConn()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := rt.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+	if err != nil {
+		return nil, fmt.Errorf("podunit daemon status: %w", err)
+	}
+	var c config.Config
+	if err := json.Unmarshal([]byte(st.GetInfo()["config"]), &c); err != nil {
+		return nil, fmt.Errorf("podunit daemon status: configuration: %w", err)
+	}
+	return &c, nil
 }

@@ -40,13 +40,20 @@ func runServe(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return flagExit(err)
 	}
+	// Until the reloader takes SIGHUP, its default action would kill
+	// podunit: a reload that comes early waits here instead.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
 	cfg, code := cf.load()
 	if cfg == nil {
 		return code
 	}
-	log := newLogger(cfg)
+	level := new(slog.LevelVar)
+	level.Set(logLevel(cfg.Server.LogLevel))
+	log := newLogger(cfg, level)
 	slog.SetDefault(log)
-	if err := serve(cfg, log); err != nil {
+	rl := newReloader(cfg, cf.read, level, log)
+	if err := serve(cfg, log, rl, hup); err != nil {
 		log.Error("podunit stopped", "err", err)
 		fmt.Fprintf(os.Stderr, "podunit: %v\n", err)
 		return 1
@@ -54,17 +61,16 @@ func runServe(args []string) int {
 	return 0
 }
 
-func newLogger(cfg *config.Config) *slog.Logger {
-	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(cfg.Server.LogLevel))
-	opts := &slog.HandlerOptions{Level: lvl}
+// newLogger writes to stderr (the journal) at level, which a reload changes.
+func newLogger(cfg *config.Config, level *slog.LevelVar) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
 	if cfg.Server.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, opts))
 }
 
-func serve(cfg *config.Config, log *slog.Logger) error {
+func serve(cfg *config.Config, log *slog.Logger, rl *reloader, hup <-chan os.Signal) error {
 	for _, d := range []string{cfg.Paths.StateDir, cfg.Paths.RunDir} {
 		if err := os.MkdirAll(d, 0o711); err != nil {
 			return fmt.Errorf("create %s: %w", d, err)
@@ -81,7 +87,7 @@ func serve(cfg *config.Config, log *slog.Logger) error {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	svc, err := wire(ctx, cfg, log, stored)
+	svc, err := wire(ctx, cfg, log, stored, rl)
 	if err != nil {
 		return err
 	}
@@ -101,6 +107,7 @@ func serve(cfg *config.Config, log *slog.Logger) error {
 	notify(log, daemon.SdNotifyReady, "STATUS=serving CRI on "+lis.Addr().String())
 	stopWatchdog := watchdog(log)
 	defer stopWatchdog()
+	go rl.reloadOnSignal(ctx, hup)
 
 	sigc := make(chan os.Signal, 1)
 	signal.Notify(sigc, syscall.SIGTERM, syscall.SIGINT)

@@ -31,9 +31,9 @@ type services struct {
 	ctrs    *container.Manager
 	stream  *streaming.Server
 	hub     *events.Hub
-	relay   logrelay.Client
-	metrics *metrics.Server
+	metrics *metricsEndpoint
 	gc      *gc.Runner
+	relay   logrelay.Client
 	stop    []func()
 }
 
@@ -45,9 +45,7 @@ func (s *services) close() {
 		s.stream.Close()
 	}
 	if s.metrics != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		s.metrics.Stop(ctx)
-		cancel()
+		s.metrics.stop()
 	}
 	if s.hub != nil {
 		s.hub.Close()
@@ -58,8 +56,9 @@ func (s *services) close() {
 	s.systemd.Close()
 }
 
-// wire builds podunit's packages from the configuration.
-func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs []*os.File) (*services, error) {
+// wire builds podunit's packages from the configuration and gives rl the
+// steps that apply a reloaded one to them.
+func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs []*os.File, rl *reloader) (*services, error) {
 	sd, err := systemd.New(systemd.Options{
 		CallTimeout:     cfg.Systemd.CallTimeout.D(),
 		MaxParallelJobs: cfg.Systemd.MaxParallelJobs,
@@ -74,16 +73,17 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 		log.Warn("systemd not reachable over D-Bus yet", "err", err)
 	}
 	s := &services{systemd: sd}
+	il := imageLive(cfg)
 	images, err := imagestore.New(ctx, imagestore.Options{
 		Root:                cfg.Image.StorageRoot,
 		RunRoot:             cfg.Image.StorageRunRoot,
 		Driver:              cfg.Image.StorageDriver,
-		RegistriesConf:      cfg.Image.RegistriesConf,
-		PolicyPath:          cfg.Image.PolicyPath,
-		AuthFile:            cfg.Image.AuthFile,
-		PullProgressTimeout: cfg.Image.PullProgressTimeout.D(),
+		RegistriesConf:      il.RegistriesConf,
+		PolicyPath:          il.PolicyPath,
+		AuthFile:            il.AuthFile,
+		PullProgressTimeout: il.PullProgressTimeout,
 		MaxParallelPulls:    cfg.Image.MaxParallelPulls,
-		PinnedImages:        append([]string{cfg.Image.PauseImage}, cfg.Image.PinnedImages...),
+		PinnedImages:        il.PinnedImages,
 		Logger:              log.With("component", "images"),
 	})
 	if err != nil {
@@ -91,10 +91,6 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	}
 	s.images = images
 
-	handlers := make([]string, 0, len(cfg.Runtime.Handlers))
-	for name := range cfg.Runtime.Handlers {
-		handlers = append(handlers, name)
-	}
 	pods, err := sandbox.New(sandbox.Options{
 		StateDir:    cfg.Paths.StateDir,
 		RunDir:      cfg.Paths.RunDir,
@@ -102,7 +98,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 		CNIBinDirs:  cfg.CNI.BinDirs,
 		ParentSlice: cfg.Systemd.ParentSlice,
 		OpTimeout:   cfg.Systemd.CallTimeout.D(),
-		Handlers:    handlers,
+		Handlers:    handlerNames(cfg),
 		Systemd:     sd,
 		Logger:      log.With("component", "pods"),
 	})
@@ -138,8 +134,10 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	if err != nil {
 		return nil, err
 	}
-	// Handlers change only with the configuration: asked once, kept for
-	// CreateContainer's checks and Status's RuntimeHandlerFeatures.
+	// Handlers change only with the configuration: asked now and, for new
+	// or changed handlers, at a reload (Manager.SetRuntimes); the manager
+	// keeps them for CreateContainer's checks and Status's
+	// RuntimeHandlerFeatures (Manager.HandlerFeatures).
 	features := container.ProbeFeatures(ctx, runtimes, log.With("component", "containers"))
 	ctrs, err := container.New(copts, container.Deps{
 		Systemd: sd, Images: images, Pods: container.SandboxPods(pods), Runtimes: runtimes, Features: features, Logs: lm, Events: hub,
@@ -164,8 +162,8 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	}
 	s.gc = gc.NewRunner(log.With("component", "gc"), collectors(cfg, s, 10*time.Minute)...)
 	go s.gc.Loop(ctx, cfg.GC.Interval.D())
-	if stopAdmin, err := serveAdmin(cfg.Paths.RunDir, s.gc, log); err != nil {
-		log.Warn("admin socket unavailable: podunit gc will not work", "err", err)
+	if stopAdmin, err := serveAdmin(cfg.Paths.RunDir, s.gc, rl, log); err != nil {
+		log.Warn("admin socket unavailable: podunit gc and podunit reload will not work (SIGHUP still reloads)", "err", err)
 	} else {
 		s.stop = append(s.stop, stopAdmin)
 	}
@@ -182,12 +180,18 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	}
 
 	s.cri = cri.New(cri.Deps{
-		Config: cfg, Systemd: sd, Images: images, Pods: pods, Containers: ctrs, Logs: lm, Stream: s.stream,
+		Config: rl.current, Systemd: sd, Images: images, Pods: pods, Containers: ctrs, Logs: lm, Stream: s.stream,
 		Stats:   statsDeps(s, reader, s.hub, cfg.Image.StorageRoot),
-		Network: pods.NetworkReady, Features: features, Version: podunitVersion(), Logger: log,
+		Network: pods.NetworkReady, Handlers: ctrs.HandlerFeatures, Version: podunitVersion(), Logger: log,
 	})
-	if s.metrics, err = startMetrics(cfg, s, s.hub, log); err != nil {
+	s.metrics = &metricsEndpoint{start: func(addr string) (*metrics.Server, error) { return startMetrics(addr, s, s.hub, log) }}
+	if err := s.metrics.set(cfg.Metrics.Address); err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
+	steps := reloadSteps(s)
+	if err := coverLiveKeys(steps); err != nil {
+		return nil, err
+	}
+	rl.setSteps(steps)
 	return s, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/events"
 	"github.com/podunit/podunit/gc"
+	"github.com/podunit/podunit/logrelay"
 	"github.com/podunit/podunit/metrics"
 	"github.com/podunit/podunit/network"
 	"github.com/podunit/podunit/sandbox"
@@ -122,11 +123,8 @@ func statsDeps(s *services, reader *stats.Reader, hub *events.Hub, storageRoot s
 	return cri.StatsDeps{Collector: collector, Hub: hub}
 }
 
-// startMetrics serves Prometheus metrics (and pprof) when configured.
-func startMetrics(cfg *config.Config, s *services, hub *events.Hub, log *slog.Logger) (*metrics.Server, error) {
-	if cfg.Metrics.Address == "" {
-		return nil, nil
-	}
+// startMetrics serves Prometheus metrics (and pprof) on addr.
+func startMetrics(addr string, s *services, hub *events.Hub, log *slog.Logger) (*metrics.Server, error) {
 	var cs []prometheus.Collector
 	cs = append(cs, systemd.Collectors()...)
 	cs = append(cs, systemd.WatcherCollectors()...)
@@ -147,11 +145,12 @@ func startMetrics(cfg *config.Config, s *services, hub *events.Hub, log *slog.Lo
 			return out
 		},
 		EventSubscribers: hub.Subscribers,
+		LogRelayStats:    func() (logrelay.Stats, error) { return s.relay.Stats(2 * time.Second) },
 	})
 	if err != nil {
 		return nil, err
 	}
-	return metrics.Start(cfg.Metrics.Address, reg, log.With("component", "metrics"))
+	return metrics.Start(addr, reg, log.With("component", "metrics"))
 }
 
 // collectors are the garbage collectors run at start (minAge 0, before the

@@ -184,7 +184,7 @@ func restartInstallUnits(t *testing.T, h *harness.Harness, bin string) {
 
 func restartWriteExecStart(t *testing.T, h *harness.Harness, bin string) {
 	t.Helper()
-	conf := fmt.Sprintf("[Service]\nExecStart=\nExecStart=%s serve --config %s/podunit.toml\n", bin, harness.ConfigDirInside)
+	conf := fmt.Sprintf("[Service]\nExecStart=\nExecStart=%[1]s serve --config %[2]s/podunit.toml\nExecReload=\nExecReload=%[1]s reload --config %[2]s/podunit.toml --pid $MAINPID\n", bin, harness.ConfigDirInside)
 	h.MustExec("sh", "-c", `mkdir -p /etc/systemd/system/podunit.service.d && printf '%s' "$1" > /etc/systemd/system/podunit.service.d/binary.conf`, "sh", conf)
 }
 
