@@ -121,7 +121,7 @@ staticcheck: staticcheck-tool
 # deadcode: functions no podunit binary reaches (production code: no -test).
 # A function only tests use is dead, unless it is in a test-helper package,
 # which exists for tests alone.
-DEADCODE_TEST_HELPERS := ^(test/harness|systemd/systemdtest)/
+DEADCODE_TEST_HELPERS := ^(test/harness|systemd/systemdtest|console/consoletest)/
 deadcode: deadcode-tool
 	@all=$$($(TOOLS_BIN)/deadcode -tags=$(TAGS) ./...); \
 	out=$$(grep -Ev '$(DEADCODE_TEST_HELPERS)' <<<"$$all" || true); \

@@ -102,13 +102,16 @@ func (m *Manager) StreamTarget(ctx context.Context, id string) (streaming.Target
 	m.refreshStatusLocked(ctx, c)
 	r := c.rec
 	t := streaming.Target{
-		ID:      r.ID,
-		Running: r.State == StateRunning,
-		// Containers run without a terminal (output goes to the journal
-		// streams), so attach is plain even for tty configs.
-		Stdin: r.Config.GetStdin(),
+		ID:        r.ID,
+		Running:   r.State == StateRunning,
+		Stdin:     r.Config.GetStdin(),
+		StdinOnce: r.Config.GetStdinOnce(),
+		// The relay holds a tty container's terminal (docs/streaming.md).
+		TTY: r.Config.GetTty(),
 	}
-	if t.Stdin {
+	if t.TTY {
+		t.TapDir = m.runDir(r.ID)
+	} else if t.Stdin {
 		t.StdinPath = m.stdinFIFO(r.ID)
 		// The unit's relay offers the output taps next to the FIFO.
 		t.TapDir = m.runDir(r.ID)

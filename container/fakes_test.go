@@ -151,8 +151,12 @@ type fakeRuntime struct {
 }
 
 func (r *fakeRuntime) Name() string { return "runc" }
-func (r *fakeRuntime) CreateArgv(id, bundle, pidFile, logFile string) []string {
-	return []string{"/usr/sbin/runc", "--log", logFile, "--log-format", "json", "create", "--pid-file", pidFile, "-b", bundle, id}
+func (r *fakeRuntime) CreateArgv(id, bundle, pidFile, logFile, consoleSocket string) []string {
+	argv := []string{"/usr/sbin/runc", "--log", logFile, "--log-format", "json", "create", "--pid-file", pidFile, "-b", bundle}
+	if consoleSocket != "" {
+		argv = append(argv, "--console-socket", consoleSocket)
+	}
+	return append(argv, id)
 }
 func (r *fakeRuntime) StartArgv(id, logFile string) []string {
 	return []string{"/usr/sbin/runc", "--log", logFile, "start", id}

@@ -51,6 +51,7 @@ func TestInHarness(t *testing.T) {
 	ie := newInside(t)
 	t.Run("LifecycleLimitsAndJournal", func(t *testing.T) { ie.lifecycle(ctx, t) })
 	t.Run("StdinShellAndTTY", func(t *testing.T) { ie.stdinShell(ctx, t) })
+	t.Run("TTYContainer", func(t *testing.T) { ie.ttyContainer(ctx, t) })
 	t.Run("StopTimeoutKills", func(t *testing.T) { ie.stopTimeout(ctx, t) })
 	t.Run("StopFromOutsideIsAnExit", func(t *testing.T) { ie.stopFromOutside(ctx, t) })
 	t.Run("ExitWhilePodunitDown", func(t *testing.T) { ie.exitWhileDown(ctx, t) })

@@ -40,7 +40,12 @@ func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 	}
 	execStart := []string{helper, "_stdio", "--unit", r.Unit, "--identifier", name,
 		"--cgroup-root", m.opts.CgroupRoot, "--cgroup-leaf", "runtime", "--pid-file", m.pidFile(r.ID)}
-	if r.Config.GetStdin() {
+	consoleSocket := ""
+	if r.Config.GetTty() {
+		// The terminal's slave is the container's stdin, stdout and stderr.
+		consoleSocket = m.consoleSocket(r.ID)
+		execStart = append(execStart, "--console-socket", consoleSocket)
+	} else if r.Config.GetStdin() {
 		execStart = append(execStart, "--stdin-fifo", m.stdinFIFO(r.ID))
 	}
 	var relay []string
@@ -62,7 +67,7 @@ func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 		execStart = append(execStart, rt.RestoreArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID), m.restoreCheckpoint(r.ID))...)
 		startPost = nil
 	} else {
-		execStart = append(execStart, rt.CreateArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID))...)
+		execStart = append(execStart, rt.CreateArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID), consoleSocket)...)
 	}
 	stopPost := []string{helper, "_exitrec", "--cgroup", systemd.SlicePath(r.Slice) + "/" + r.Unit,
 		"--cgroup-root", m.opts.CgroupRoot, "--relay-pid-file", m.pidFile(r.ID) + ".relay"}
@@ -259,6 +264,10 @@ func (m *Manager) restoreCheckpoint(id string) oci.Checkpoint {
 		WorkPath:  filepath.Join(m.restoreDir(id), "criu"),
 	}
 }
+
+// consoleSocket is where the runtime sends a tty container's terminal to
+// the unit's wrapper, which hands it to the log relay.
+func (m *Manager) consoleSocket(id string) string { return m.runDir(id) + "/console.sock" }
 
 func (m *Manager) runtimeLog(id string) string { return m.runDir(id) + "/runtime.log" }
 

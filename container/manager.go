@@ -357,12 +357,6 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 	if err != nil {
 		return "", err
 	}
-	// A pty needs a process holding its master for the container's whole
-	// life; podunit has none, so a TTY container runs on pipes like any
-	// other, its stdout and stderr logged as such.
-	if spec.Process != nil {
-		spec.Process.Terminal = false
-	}
 	if m.plugins != nil {
 		// Held until the container is listed: a plugin registering
 		// meanwhile is synchronized after, and sees it there.

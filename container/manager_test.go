@@ -547,7 +547,7 @@ func TestRuntimesFromConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	argv := strings.Join(rts["fast"].CreateArgv("id", "/b", "/p", "/l"), " ")
+	argv := strings.Join(rts["fast"].CreateArgv("id", "/b", "/p", "/l", ""), " ")
 	if argv != "/usr/bin/crun --log=/l --log-format=json --root /run/x/crun --cgroup-manager=disabled create --pid-file /p --bundle /b id" {
 		t.Errorf("crun create argv %q", argv)
 	}

@@ -27,29 +27,8 @@ func (ie *inside) relayKilled(ctx context.Context, t *testing.T) {
 	m := ie.manager(t)
 	const n = 300
 	id := ie.run(ctx, t, m, shConfig("chatty", "i=0; while [ $i -lt "+strconv.Itoa(n)+" ]; do echo line$i; i=$((i+1)); sleep 0.01; done"))
-	mainPID := func() uint32 {
-		p, err := ie.sd.UnitProperties(ctx, logrelay.UnitName, "Service")
-		if err != nil {
-			t.Fatal(err)
-		}
-		pid, _ := p["MainPID"].(uint32)
-		return pid
-	}
 	time.Sleep(700 * time.Millisecond)
-	old := mainPID()
-	if old == 0 {
-		t.Fatal("log relay has no main PID")
-	}
-	if err := syscall.Kill(int(old), syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for pid := mainPID(); pid == 0 || pid == old; pid = mainPID() {
-		if time.Now().After(deadline) {
-			t.Fatal("systemd did not restart the log relay")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	old := ie.killRelay(ctx, t)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := m.Wait(wctx, id); err != nil {
@@ -82,6 +61,42 @@ func (ie *inside) relayKilled(ctx context.Context, t *testing.T) {
 		t.Fatal(err)
 	}
 	ie.assertNoLeaks(ctx, t)
+}
+
+// killRelay SIGKILLs the node's log relay and returns once systemd has
+// restarted it; it returns the killed PID.
+func (ie *inside) killRelay(ctx context.Context, t *testing.T) uint32 {
+	t.Helper()
+	mainPID := func() uint32 {
+		p, err := ie.sd.UnitProperties(ctx, logrelay.UnitName, "Service")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, _ := p["MainPID"].(uint32)
+		return pid
+	}
+	old := mainPID()
+	if old == 0 {
+		t.Fatal("log relay has no main PID")
+	}
+	if err := syscall.Kill(int(old), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for pid := mainPID(); pid == 0 || pid == old; pid = mainPID() {
+		if time.Now().After(deadline) {
+			t.Fatal("systemd did not restart the log relay")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The new relay answers once it took everything back.
+	for logrelay.Ping(ie.opts.LogRelaySocket, time.Second) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the restarted log relay does not answer")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return old
 }
 
 // burstScript prints n numbered lines on each stream as fast as awk can

@@ -55,7 +55,7 @@ func (i ctrTestImages) DeleteImageVolumes(ctx context.Context, id string) error 
 type ctrTestRuntime struct{}
 
 func (ctrTestRuntime) Name() string                                { return "runc" }
-func (ctrTestRuntime) CreateArgv(id, b, p, l string) []string      { return []string{"/bin/true"} }
+func (ctrTestRuntime) CreateArgv(id, b, p, l, c string) []string   { return []string{"/bin/true"} }
 func (ctrTestRuntime) StartArgv(id, l string) []string             { return []string{"/bin/true"} }
 func (ctrTestRuntime) DeleteArgv(id string) []string               { return nil }
 func (ctrTestRuntime) Delete(ctx context.Context, id string) error { return nil }

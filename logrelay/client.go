@@ -33,6 +33,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/podunit/podunit/console"
 	"github.com/podunit/podunit/errdefs"
 )
 
@@ -82,7 +83,31 @@ func Register(socket, id, tapDir, cgroupDir string, lo LogOptions, outPipe, outS
 		journal = 0
 	}
 	msg := fmt.Sprintf("REGISTER %s\n%s\n%s\n%s\n%d %d %d", id, tapDir, cgroupDir, lo.Path, lo.UID, lo.GID, journal)
-	reply, err := call(socket, msg, unix.UnixRights(outPipe, outStream, errPipe, errStream), timeout)
+	return register(socket, msg, unix.UnixRights(outPipe, outStream, errPipe, errStream), timeout)
+}
+
+// RegisterTerminal hands a tty container's terminal to the relay: master
+// is the terminal's master, outStream the journald stdout stream. The
+// relay holds the master for the container's life (and across its own
+// restarts), writes what it reads as stdout, offers it on the TapOut tap
+// in tapDir and gives the master to attach sessions (Client.Terminal).
+func RegisterTerminal(socket, id, tapDir, cgroupDir string, lo LogOptions, master, outStream int, timeout time.Duration) error {
+	if !ValidID(id) {
+		return fmt.Errorf("log relay: bad container id %q", id)
+	}
+	if strings.ContainsAny(tapDir+cgroupDir+lo.Path, "\n\x00") {
+		return fmt.Errorf("log relay: bad path %q / %q / %q", tapDir, cgroupDir, lo.Path)
+	}
+	journal := 1
+	if lo.NoJournal {
+		journal = 0
+	}
+	msg := fmt.Sprintf("REGISTER-TTY %s\n%s\n%s\n%s\n%d %d %d", id, tapDir, cgroupDir, lo.Path, lo.UID, lo.GID, journal)
+	return register(socket, msg, unix.UnixRights(master, outStream), timeout)
+}
+
+func register(socket, msg string, rights []byte, timeout time.Duration) error {
+	reply, err := call(socket, msg, rights, timeout)
 	if err != nil {
 		return err
 	}
@@ -191,6 +216,60 @@ func (c Client) Reopen(id, path string) error {
 	return fmt.Errorf("log relay: %s", reply)
 }
 
+// Terminal returns a tty container's terminal master, which the relay
+// holds: attach writes the client's input to it and sets its size; the
+// relay alone reads it. The caller closes it. errdefs.ErrNotFound: the
+// relay holds no terminal of that container.
+func (c Client) Terminal(id string) (*os.File, error) {
+	if !ValidID(id) {
+		return nil, fmt.Errorf("log relay: bad container id %q", id)
+	}
+	conn, err := dial(c.Socket, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("TERMINAL " + id)); err != nil {
+		return nil, fmt.Errorf("log relay: send: %w", err)
+	}
+	reply, f, err := console.Recv(conn, "pty-master-"+id)
+	if f != nil && reply == replyOK {
+		return f, nil
+	}
+	if f != nil {
+		f.Close()
+	}
+	if reply == replyUnknown {
+		return nil, fmt.Errorf("log relay: no terminal of container %s: %w", id, errdefs.ErrNotFound)
+	}
+	if reply != "" {
+		return nil, fmt.Errorf("log relay: %s", reply)
+	}
+	return nil, fmt.Errorf("log relay: terminal: %w", err)
+}
+
+// Hangup closes a tty container's terminal for good (stdin_once: the
+// session that had stdin ended): once the caller has closed its own copies
+// the container's process sees the hangup (SIGHUP, then EIO), as with
+// containerd, whose shim closes the console when stdin ends.
+// errdefs.ErrNotFound: the relay holds no terminal of that container.
+func (c Client) Hangup(id string) error {
+	if !ValidID(id) {
+		return fmt.Errorf("log relay: bad container id %q", id)
+	}
+	reply, err := call(c.Socket, "HANGUP "+id, nil, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	switch reply {
+	case replyOK:
+		return nil
+	case replyUnknown:
+		return fmt.Errorf("log relay: no terminal of container %s: %w", id, errdefs.ErrNotFound)
+	}
+	return fmt.Errorf("log relay: %s", reply)
+}
+
 // Stats are the relay's CRI log file figures since it started.
 type Stats struct {
 	// FailingStreams cannot write their CRI log file now.
@@ -229,13 +308,11 @@ func Ping(socket string, timeout time.Duration) error {
 // call sends one request on a new SOCK_SEQPACKET connection (message
 // boundaries and descriptors in one datagram) and reads the reply.
 func call(socket, msg string, oob []byte, timeout time.Duration) (string, error) {
-	c, err := net.DialTimeout("unixpacket", socket, timeout)
+	uc, err := dial(socket, timeout)
 	if err != nil {
-		return "", fmt.Errorf("log relay: %w", err)
+		return "", err
 	}
-	defer c.Close()
-	uc := c.(*net.UnixConn)
-	_ = uc.SetDeadline(time.Now().Add(timeout))
+	defer uc.Close()
 	if _, _, err := uc.WriteMsgUnix([]byte(msg), oob, nil); err != nil {
 		return "", fmt.Errorf("log relay: send: %w", err)
 	}
@@ -245,6 +322,17 @@ func call(socket, msg string, oob []byte, timeout time.Duration) (string, error)
 		return "", fmt.Errorf("log relay: reply: %w", err)
 	}
 	return string(buf[:n]), nil
+}
+
+// dial opens a request connection whose deadline is timeout from now.
+func dial(socket string, timeout time.Duration) (*net.UnixConn, error) {
+	c, err := net.DialTimeout("unixpacket", socket, timeout)
+	if err != nil {
+		return nil, fmt.Errorf("log relay: %w", err)
+	}
+	uc := c.(*net.UnixConn)
+	_ = uc.SetDeadline(time.Now().Add(timeout))
+	return uc, nil
 }
 
 // closeAll closes raw descriptors received with a request that is refused.

@@ -62,7 +62,12 @@ func (a *anchor) refresh() bool {
 // waited for) and to the tap (attach sessions). Nothing more is read
 // before the chunk is in the file, so a killed relay leaves the rest in
 // the pipe.
-func pump(pipe *os.File, cri *criStream, j *journalSink, t *Tap, onWriteErr func(error)) error {
+//
+// A terminal's master (tty true) cannot be spliced (splice needs a pipe on
+// one side): its chunks are read, then copied into the spool, so a relay
+// killed between the two loses that one chunk from the CRI file. A master
+// reads EIO once no process holds the slave any more: its end of file.
+func pump(pipe *os.File, tty bool, cri *criStream, j *journalSink, t *Tap, onWriteErr func(error)) error {
 	prc, err := pipe.SyscallConn()
 	if err != nil {
 		return err
@@ -90,10 +95,16 @@ func pump(pipe *os.File, cri *criStream, j *journalSink, t *Tap, onWriteErr func
 		bp := bufPool.Get().(*[]byte)
 		buf := *bp
 		var n int
-		if cri != nil && cri.sp != nil {
+		switch {
+		case cri != nil && cri.sp != nil && tty:
+			n, err = cri.sp.read(pipe, buf)
+		case cri != nil && cri.sp != nil:
 			n, err = cri.sp.take(prc, buf)
-		} else {
+		default:
 			n, err = pipe.Read(buf)
+		}
+		if tty && errors.Is(err, unix.EIO) {
+			err = io.EOF
 		}
 		eof := errors.Is(err, io.EOF)
 		if cri != nil && (n > 0 || eof) {
@@ -158,6 +169,19 @@ func (sp *spool) take(prc syscall.RawConn, buf []byte) (int, error) {
 		return k, fmt.Errorf("read the log spool: %w", err)
 	}
 	return k, nil
+}
+
+// read is take for a descriptor splice(2) does not serve (a terminal's
+// master): a read, then a copy into the spool. A copy that fails (the
+// state dir full) still counts as spooled: the chunk is in buf and is
+// written now; only a kill before it is written would replay a hole.
+func (sp *spool) read(f *os.File, buf []byte) (int, error) {
+	n, err := f.Read(buf)
+	if n > 0 {
+		_, _ = sp.f.WriteAt(buf[:n], sp.end)
+		sp.end += int64(n)
+	}
+	return n, err
 }
 
 // journalSink hands a stream's bytes to its journald stream from its own

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/podunit/podunit/console"
 	"github.com/podunit/podunit/fdstore"
 	"github.com/podunit/podunit/logs"
 	"github.com/podunit/podunit/statefile"
@@ -86,6 +87,10 @@ type relay struct {
 	// waiter is the PID of the unit's ExecStopPost helper once it waits:
 	// a live process of the unit to send the last output as.
 	waiter atomic.Int32
+	// master is a tty container's terminal (its "out" stream), handed to
+	// attach sessions; hungUp is set once HANGUP closed it.
+	master *os.File
+	hungUp atomic.Bool
 }
 
 // meta is what a relay needs besides the descriptors; it is kept in the
@@ -102,6 +107,9 @@ type meta struct {
 	GID     int    `json:"gid"`
 	// NoJournal keeps the output out of journald (config logs.journald).
 	NoJournal bool `json:"no_journal,omitempty"`
+	// TTY: the "out" stream is the container's terminal master and there
+	// is no "err" stream.
+	TTY bool `json:"tty,omitempty"`
 }
 
 // New makes a server; Restore and Serve start it.
@@ -213,6 +221,10 @@ func (s *Server) Restore(files []*os.File) {
 			}
 			r.left++
 			r.toWrite++
+			if stream == "out" && (r.TTY || isTerminal(p.pipe)) {
+				// The descriptor itself tells, should the metadata be lost.
+				r.TTY, r.master = true, p.pipe
+			}
 			s.startPump(r, stream, p.pipe, p.sock)
 			started[stream] = true
 		}
@@ -403,15 +415,20 @@ func (s *Server) forget(name string) {
 }
 
 // register starts relaying a new container's streams. Called with the
-// received descriptors: out pipe, out stream, err pipe, err stream.
+// received descriptors: out pipe, out stream, err pipe, err stream; for a
+// tty container (m.TTY) the terminal's master and the out stream.
 func (s *Server) register(id string, m meta, fds []int) error {
 	if !ValidID(id) {
 		closeAll(fds)
 		return fmt.Errorf("bad container id %q", id)
 	}
-	if len(fds) != 4 {
+	want := 4
+	if m.TTY {
+		want = 2
+	}
+	if len(fds) != want {
 		closeAll(fds)
-		return fmt.Errorf("want 4 descriptors, got %d", len(fds))
+		return fmt.Errorf("want %d descriptors, got %d", want, len(fds))
 	}
 	for _, d := range []string{m.TapDir, m.CgroupDir, m.LogPath} {
 		if d != "" && (!filepath.IsAbs(d) || filepath.Clean(d) != d) {
@@ -425,7 +442,7 @@ func (s *Server) register(id string, m meta, fds []int) error {
 		closeAll(fds)
 		return fmt.Errorf("container %s is already being relayed", id)
 	}
-	files := make([]*os.File, 4)
+	files := make([]*os.File, len(fds))
 	for i, fd := range fds {
 		f, err := fileOf(fd, fdName(id, streamNames[i/2], []string{"p", "s"}[i%2]))
 		if err != nil {
@@ -449,12 +466,62 @@ func (s *Server) register(id string, m meta, fds []int) error {
 		}
 	}
 	delete(s.done, id)
-	r := &relay{id: id, meta: m, left: 2, toWrite: 2, finished: make(chan struct{}), written: make(chan struct{})}
+	n := len(files) / 2
+	r := &relay{id: id, meta: m, left: n, toWrite: n, finished: make(chan struct{}), written: make(chan struct{})}
 	s.newLog(r)
 	s.active[id] = r
 	s.startPump(r, "out", files[0], files[1])
+	if m.TTY {
+		r.master = files[0]
+		// A terminal has one output: no stderr records or spool.
+		if r.recs[1] != nil {
+			r.recs[1].close()
+			r.recs[1] = nil
+		}
+		removeRecords(s.recordBase(id, "err"))
+		r.spools[1].close()
+		r.spools[1] = nil
+		return nil
+	}
 	s.startPump(r, "err", files[2], files[3])
 	return nil
+}
+
+// isTerminal reports whether f is a terminal (a tty container's master).
+func isTerminal(f *os.File) bool {
+	return console.Control(f, func(fd int) error {
+		_, err := unix.IoctlGetTermios(fd, unix.TCGETS)
+		return err
+	}) == nil
+}
+
+// terminal answers TERMINAL: a tty container's master for an attach
+// session, nil when the relay holds none.
+func (s *Server) terminal(id string) *os.File {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.active[id]
+	if !ok || r.master == nil || r.hungUp.Load() {
+		return nil
+	}
+	return r.master
+}
+
+// hangup answers HANGUP: the relay closes a tty container's terminal for
+// good and drops it from the fd store. The pump sees the close and ends
+// the stream; the container's process sees the hangup once the attach
+// sessions' copies are closed too.
+func (s *Server) hangup(id string) string {
+	s.mu.Lock()
+	r, ok := s.active[id]
+	if !ok || r.master == nil || r.hungUp.Swap(true) {
+		s.mu.Unlock()
+		return replyUnknown
+	}
+	s.mu.Unlock()
+	s.forget(fdName(id, "out", "p"))
+	r.master.Close()
+	return replyOK
 }
 
 // startPump runs one stream; s.mu is held.
@@ -502,7 +569,10 @@ func (s *Server) startPump(r *relay, stream string, pipe, sock *os.File) {
 		}
 	}
 	go func() {
-		err := pump(pipe, cri, j, t, onWriteErr)
+		err := pump(pipe, r.TTY && stream == "out", cri, j, t, onWriteErr)
+		if r.hungUp.Load() {
+			err = nil // the read the close ended
+		}
 		if failing {
 			s.stats.failing.Add(-1)
 		}
@@ -648,12 +718,35 @@ func (s *Server) handle(ctx context.Context, c *net.UnixConn) {
 			}
 		})
 	}
-	reply := s.dispatch(ctx, buf[:n], fds, peer)
+	reply, f := s.dispatch(ctx, buf[:n], fds, peer)
 	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if f != nil {
+		_ = console.Send(c, reply, f)
+		return
+	}
 	_, _ = c.Write([]byte(reply))
 }
 
-func (s *Server) dispatch(ctx context.Context, msg []byte, fds []int, peer int32) string {
+// dispatch answers one request; f, when not nil, goes with the reply.
+func (s *Server) dispatch(ctx context.Context, msg []byte, fds []int, peer int32) (reply string, f *os.File) {
+	w := strings.Fields(string(msg))
+	if len(w) == 0 || w[0] != "TERMINAL" && w[0] != "HANGUP" {
+		return s.dispatchLog(ctx, msg, fds, peer), nil
+	}
+	closeAll(fds)
+	if len(w) != 2 || !ValidID(w[1]) {
+		return "ERR bad " + w[0], nil
+	}
+	if w[0] == "HANGUP" {
+		return s.hangup(w[1]), nil
+	}
+	if m := s.terminal(w[1]); m != nil {
+		return replyOK, m
+	}
+	return replyUnknown, nil
+}
+
+func (s *Server) dispatchLog(ctx context.Context, msg []byte, fds []int, peer int32) string {
 	line, rest, _ := bytes.Cut(msg, []byte("\n"))
 	f := strings.Fields(string(line))
 	if len(f) == 0 {
@@ -661,13 +754,14 @@ func (s *Server) dispatch(ctx context.Context, msg []byte, fds []int, peer int32
 		return "ERR empty request"
 	}
 	switch {
-	case f[0] == "REGISTER" && len(f) == 2:
+	case (f[0] == "REGISTER" || f[0] == "REGISTER-TTY") && len(f) == 2:
 		m, err := parseRegister(string(rest))
 		if err != nil {
 			closeAll(fds)
 			return "ERR " + err.Error()
 		}
 		m.PID = peer
+		m.TTY = f[0] == "REGISTER-TTY"
 		if err := s.register(f[1], m, fds); err != nil {
 			return "ERR " + err.Error()
 		}

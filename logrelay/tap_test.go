@@ -62,7 +62,7 @@ func TestTapDeliversPartialLinesAndDropsSlowReaders(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		j := newJournalSink(os.NewFile(uintptr(out[1]), "out"), &anchor{})
-		_ = pump(os.NewFile(uintptr(in[0]), "in"), nil, j, tp, func(error) {})
+		_ = pump(os.NewFile(uintptr(in[0]), "in"), false, nil, j, tp, func(error) {})
 		j.close(time.Second)
 		close(done)
 	}()

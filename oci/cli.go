@@ -87,9 +87,15 @@ func (c *CLI) globalWithLog(logFile string) []string {
 	return append([]string{c.cfg.Binary, "--log=" + logFile, "--log-format=json"}, c.global()[1:]...)
 }
 
-// CreateArgv implements Runtime.
-func (c *CLI) CreateArgv(id, bundle, pidFile, logFile string) []string {
-	return append(c.globalWithLog(logFile), "create", "--pid-file", pidFile, "--bundle", bundle, id)
+// CreateArgv implements Runtime. runc 1.1 and crun 1.8 both refuse a
+// terminal process without --console-socket (and take no terminal from
+// their own stdio when detached).
+func (c *CLI) CreateArgv(id, bundle, pidFile, logFile, consoleSocket string) []string {
+	argv := append(c.globalWithLog(logFile), "create", "--pid-file", pidFile, "--bundle", bundle)
+	if consoleSocket != "" {
+		argv = append(argv, "--console-socket", consoleSocket)
+	}
+	return append(argv, id)
 }
 
 // StartArgv implements Runtime.

@@ -30,7 +30,8 @@ func TestArgvGolden(t *testing.T) {
 			name string
 			argv []string
 		}{
-			{"create", c.CreateArgv("ctr1", "/run/podunit/bundles/ctr1", "/run/podunit/bundles/ctr1/pid", "/run/podunit/ctr1/runtime.log")},
+			{"create", c.CreateArgv("ctr1", "/run/podunit/bundles/ctr1", "/run/podunit/bundles/ctr1/pid", "/run/podunit/ctr1/runtime.log", "")},
+			{"create-tty", c.CreateArgv("ctr1", "/run/podunit/bundles/ctr1", "/run/podunit/bundles/ctr1/pid", "/run/podunit/ctr1/runtime.log", "/run/podunit/ctr1/console.sock")},
 			{"start", c.StartArgv("ctr1", "/run/podunit/ctr1/runtime.log")},
 			{"exec", c.execArgv("ctr1", "/x/process.json", "/x/pid")},
 			{"exec-tty", c.terminalExecArgv("ctr1", "/x/process.json", "/x/console.sock", "/x/pid")},

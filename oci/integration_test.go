@@ -201,7 +201,7 @@ func (r *rig) start(id string, cfg *runtimeapi.ContainerConfig, mutate func(*Spe
 	// As the unit runs them: ExecStart creates, ExecStartPost starts.
 	runtimeLog := filepath.Join(bundle, "runtime.log")
 	for _, argv := range [][]string{
-		r.rt.CreateArgv(id, bundle, filepath.Join(bundle, "pid"), runtimeLog),
+		r.rt.CreateArgv(id, bundle, filepath.Join(bundle, "pid"), runtimeLog, ""),
 		r.rt.StartArgv(id, runtimeLog),
 	} {
 		cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)

@@ -17,8 +17,10 @@ type Runtime interface {
 	Name() string
 	// CreateArgv creates the container (its init waits for start), writes
 	// the init's PID to pidFile and the runtime's errors as JSON lines to
-	// logFile.
-	CreateArgv(id, bundle, pidFile, logFile string) []string
+	// logFile. consoleSocket, for a process with a terminal, is where
+	// the runtime sends the terminal's master (package console); "" for
+	// none.
+	CreateArgv(id, bundle, pidFile, logFile, consoleSocket string) []string
 	// StartArgv starts the created container.
 	StartArgv(id, logFile string) []string
 	// DeleteArgv is `delete --force id`, run by the unit's ExecStopPost

@@ -172,21 +172,47 @@ func dupWriteEnds(out, errw int) error {
 // sessions (logrelay.TapOut and logrelay.TapErr sockets).
 const tapFlag = "--tap-dir="
 
-// isRelay reports whether args start the relay child.
-func isRelay(args []string) bool {
-	return len(args) >= 1 && args[0] == relayFlag && (len(args) == 1 || len(args) == 2 && strings.HasPrefix(args[1], tapFlag))
+// ttyFlag makes the relay child relay a terminal: fd 3 is its master,
+// fd 4 the stdout stream.
+const ttyFlag = "--tty"
+
+// relayChildArgs parses the relay child's arguments after relayFlag.
+func relayChildArgs(args []string) (tty bool, tapDir string, ok bool) {
+	if len(args) > 0 && args[0] == ttyFlag {
+		tty, args = true, args[1:]
+	}
+	switch {
+	case len(args) == 0:
+		return tty, "", true
+	case len(args) == 1 && strings.HasPrefix(args[0], tapFlag):
+		return tty, strings.TrimPrefix(args[0], tapFlag), true
+	}
+	return false, "", false
 }
 
-// relayMain copies both pipes into their streams until both writers are
-// gone, and with a tap directory also to every connected attach session.
+// isRelay reports whether args start the relay child.
+func isRelay(args []string) bool {
+	if len(args) == 0 || args[0] != relayFlag {
+		return false
+	}
+	_, _, ok := relayChildArgs(args[1:])
+	return ok
+}
+
+// relayMain copies both pipes (or the terminal) into their streams until
+// every writer is gone, and with a tap directory also to every connected
+// attach session.
 func relayMain(args []string) int {
 	debug.SetGCPercent(20)
-	tapDir := ""
-	if len(args) == 2 {
-		tapDir = strings.TrimPrefix(args[1], tapFlag)
+	tty, tapDir, _ := relayChildArgs(args[1:])
+	streams := [][2]int{{3, 4}, {5, 6}}
+	if tty {
+		// A master reads EIO once the container's last process holding
+		// the slave is gone: copyLoop ends there.
+		streams = streams[:1]
 	}
 	var wg sync.WaitGroup
-	for i, fds := range [][2]int{{3, 4}, {5, 6}} {
+	for i, fds := range streams {
 		var t *logrelay.Tap
 		if tapDir != "" {
 			name := logrelay.TapOut

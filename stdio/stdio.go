@@ -44,6 +44,11 @@ type Options struct {
 	Socket     string
 	// StdinFIFO, when set, becomes the container's stdin (CRI stdin=true).
 	StdinFIFO string
+	// ConsoleSocket, for a tty container, is where the runtime sends the
+	// terminal's master (its --console-socket); the wrapper hands it to
+	// the relay, which then offers the output tap in the socket's
+	// directory.
+	ConsoleSocket string
 	// CgroupLeaf, on a unified (v2) hierarchy, is the sub-cgroup of the
 	// unit the wrapper moves into before exec'ing the runtime.
 	CgroupLeaf string
@@ -76,6 +81,7 @@ func ParseArgs(args []string) (Options, error) {
 	fs.StringVar(&o.StdinFIFO, "stdin-fifo", "", "named pipe to use as stdin")
 	fs.StringVar(&o.CgroupLeaf, "cgroup-leaf", "", "on cgroup v2, sub-cgroup of the unit to run the runtime in")
 	fs.StringVar(&o.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup mount point")
+	fs.StringVar(&o.ConsoleSocket, "console-socket", "", "tty container: receive the terminal's master here")
 	fs.StringVar(&o.PIDFile, "pid-file", "", "the runtime's pid file: wait until the container's init is our child")
 	fs.StringVar(&o.RelaySocket, "relay-socket", "", "the node's log relay")
 	fs.StringVar(&o.RelayID, "relay-id", "", "the container's id at the log relay")
@@ -90,6 +96,9 @@ func ParseArgs(args []string) (Options, error) {
 	}
 	if strings.ContainsAny(o.CgroupLeaf, "/") || o.CgroupLeaf == "." || o.CgroupLeaf == ".." {
 		return o, fmt.Errorf("cgroup leaf %q must be a plain name", o.CgroupLeaf)
+	}
+	if o.ConsoleSocket != "" && (o.StdinFIFO != "" || o.PIDFile == "") {
+		return o, errors.New("--console-socket needs --pid-file and excludes --stdin-fifo: the terminal is the container's stdin")
 	}
 	if (o.RelaySocket == "") != (o.RelayID == "") {
 		return o, errors.New("--relay-socket and --relay-id go together")
@@ -228,6 +237,16 @@ func EnterLeaf(root, leaf string) error {
 // the intermediates to go, and exits: the init (and any intermediate
 // zombie) is re-parented to systemd with the PID file already written.
 func Supervise(path string, argv []string, pidFile string, timeout time.Duration) int {
+	if code := runRuntime(path, argv); code != 0 {
+		return code
+	}
+	awaitInit(pidFile, timeout)
+	return 0
+}
+
+// runRuntime runs the runtime as a child of this process, a child
+// subreaper, and returns its exit code.
+func runRuntime(path string, argv []string) int {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		fmt.Fprintln(os.Stderr, "podunit _stdio: subreaper:", err)
 	}
@@ -242,6 +261,13 @@ func Supervise(path string, argv []string, pidFile string, timeout time.Duration
 		fmt.Fprintf(os.Stderr, "podunit _stdio: %s: %v\n", path, err)
 		return 126
 	}
+	return 0
+}
+
+// awaitInit returns once the container's init (named in pidFile) is a
+// child of this process or gone, at most timeout: systemd copes as well as
+// it can after that, a started container is never failed here.
+func awaitInit(pidFile string, timeout time.Duration) {
 	self := os.Getpid()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
@@ -250,13 +276,12 @@ func Supervise(path string, argv []string, pidFile string, timeout time.Duration
 			if err == nil && pid > 0 {
 				ppid, alive := parentOf(pid)
 				if !alive || ppid == self {
-					return 0
+					return
 				}
 			}
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	return 0 // systemd copes as well as it can; never fail a started container here
 }
 
 // parentOf returns pid's parent; alive is false when the process no
@@ -293,6 +318,9 @@ func Main(args []string) int {
 			fmt.Fprintln(os.Stderr, "podunit _stdio:", err)
 			return 1
 		}
+	}
+	if o.ConsoleSocket != "" {
+		return superviseTerminal(o, path, os.Stderr)
 	}
 	if o.PIDFile != "" {
 		// Unit mode: pipes through a relay, runtime as a supervised child.

@@ -21,6 +21,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "_stdio" {
 		os.Exit(Main(os.Args[2:]))
 	}
+	if len(os.Args) > 4 && os.Args[1] == "_fakeruntime" {
+		os.Exit(fakeRuntimeCreate(os.Args[2:]))
+	}
 	os.Exit(m.Run())
 }
 

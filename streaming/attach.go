@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/podunit/podunit/console"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/logrelay"
 )
@@ -39,7 +40,81 @@ type attachSession struct {
 func (s *attachSession) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if s.t.TTY {
+		return s.runTerminal(ctx)
+	}
 	return s.runPipes(ctx)
+}
+
+// runTerminal attaches to a tty container's terminal: output from the
+// relay's stdout tap (the relay alone reads the master), input and
+// resizes through the master the relay hands out. With stdin_once, the
+// end of the client's stdin hangs the terminal up.
+func (s *attachSession) runTerminal(ctx context.Context) error {
+	if s.h.d.Terminals == nil {
+		return fmt.Errorf("container %s: no terminal access: %w", s.t.ID, errdefs.ErrPrecondition)
+	}
+	raw, err := s.h.d.Terminals.Terminal(s.t.ID)
+	if err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return fmt.Errorf("container %s: its terminal is closed (stdin_once) or not held by the log relay: %w", s.t.ID, errdefs.ErrPrecondition)
+		}
+		return fmt.Errorf("container %s: terminal: %w", s.t.ID, err)
+	}
+	master, err := adopt(raw, raw.Name())
+	if err != nil {
+		return fmt.Errorf("container %s: terminal: %w", s.t.ID, err)
+	}
+	defer master.Close()
+	waitOut := make(chan error, 1)
+	if s.out != nil {
+		wait, err := followTaps(ctx, s.t.TapDir, tap{logrelay.TapOut, s.out})
+		if err != nil {
+			return fmt.Errorf("container %s: follow the terminal: %w", s.t.ID, err)
+		}
+		go func() { waitOut <- wait() }()
+	}
+	if s.resize != nil {
+		go func() {
+			for sz := range s.resize { // closed with ctx
+
+				if err := console.SetWinSize(master, sz.Height, sz.Width); err != nil {
+					s.h.log.Debug("attach resize", "container", s.t.ID, "err", err)
+				}
+			}
+		}()
+	}
+	var inDone chan struct{}
+	if s.in != nil && s.t.Stdin {
+		inDone = make(chan struct{})
+		go func() {
+			defer close(inDone)
+			if _, err := io.Copy(master, s.in); err != nil && !errors.Is(err, os.ErrClosed) {
+				s.h.log.Debug("attach stdin copy ended", "container", s.t.ID, "err", err)
+			}
+		}()
+	} else if s.in != nil {
+		go io.Copy(io.Discard, s.in)
+	}
+	select {
+	case <-ctx.Done():
+	case <-s.stopped(ctx):
+	case <-inDone:
+		if s.t.StdinOnce {
+			// As the kubelet expects of stdin_once: the container's
+			// stdin ends with this session. On a terminal that is a
+			// hangup (containerd's shim closes the console then too).
+			master.Close()
+			if err := s.h.d.Terminals.Hangup(s.t.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				return fmt.Errorf("container %s: close stdin: %w", s.t.ID, err)
+			}
+		}
+	case err := <-waitOut:
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("container %s: output: %w", s.t.ID, err)
+		}
+	}
+	return nil
 }
 
 // stopped is closed once the container no longer runs.
@@ -74,7 +149,7 @@ func (s *attachSession) runPipes(ctx context.Context) error {
 		if errw == nil {
 			errw = io.Discard
 		}
-		wait, err := followTaps(ctx, s.t.TapDir, out, errw)
+		wait, err := followTaps(ctx, s.t.TapDir, tap{logrelay.TapOut, out}, tap{logrelay.TapErr, errw})
 		if err != nil {
 			// No taps (container started by an older podunit): the
 			// journal has the output, line by line.
@@ -136,21 +211,29 @@ func (s *attachSession) stdinWriter() (*os.File, error) {
 	return f, nil
 }
 
+// tap is one of the relay's attach taps and where its bytes go.
+type tap struct {
+	name string
+	w    io.Writer
+}
+
 // followTaps connects to the relay's taps in dir and copies what the
-// container writes from now on to stdout and stderr.
-func followTaps(ctx context.Context, dir string, stdout, stderr io.Writer) (func() error, error) {
+// container writes from now on to their writers.
+func followTaps(ctx context.Context, dir string, taps ...tap) (func() error, error) {
 	if dir == "" {
 		return nil, errors.New("no taps")
 	}
 	var d net.Dialer
-	out, err := d.DialContext(ctx, "unix", filepath.Join(dir, logrelay.TapOut))
-	if err != nil {
-		return nil, err
-	}
-	errc, err := d.DialContext(ctx, "unix", filepath.Join(dir, logrelay.TapErr))
-	if err != nil {
-		out.Close()
-		return nil, err
+	conns := make([]net.Conn, 0, len(taps))
+	for _, t := range taps {
+		c, err := d.DialContext(ctx, "unix", filepath.Join(dir, t.name))
+		if err != nil {
+			for _, c := range conns {
+				c.Close()
+			}
+			return nil, err
+		}
+		conns = append(conns, c)
 	}
 	return func() error {
 		done := make(chan struct{})
@@ -159,13 +242,15 @@ func followTaps(ctx context.Context, dir string, stdout, stderr io.Writer) (func
 			case <-ctx.Done():
 			case <-done:
 			}
-			out.Close()
-			errc.Close()
+			for _, c := range conns {
+				c.Close()
+			}
 		}()
 		var wg sync.WaitGroup
-		wg.Add(2)
-		go func() { defer wg.Done(); _, _ = io.Copy(stdout, out) }()
-		go func() { defer wg.Done(); _, _ = io.Copy(stderr, errc) }()
+		for i, c := range conns {
+			wg.Add(1)
+			go func() { defer wg.Done(); _, _ = io.Copy(taps[i].w, c) }()
+		}
 		wg.Wait()
 		close(done)
 		return nil

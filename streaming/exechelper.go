@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podunit/podunit/console"
 )
 
 // ExecHelperName is the hidden podunit subcommand that runs ExecHelperMain.
@@ -83,7 +85,7 @@ func execHelper(ctl *os.File, args []string) error {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("become subreaper: %w", err)
 	}
-	lis, err := net.ListenUnix("unix", &net.UnixAddr{Name: h.sock, Net: "unix"})
+	lis, err := console.Listen(h.sock)
 	if err != nil {
 		return err
 	}
@@ -95,11 +97,11 @@ func execHelper(ctl *os.File, args []string) error {
 	rt.Stdout = &rterr
 	got := make(chan *os.File, 1)
 	go func() {
-		f, err := recvFD(lis)
+		f, err := console.ReceiveMaster(lis)
 		if err != nil {
 			f = nil
 		} else if size != nil {
-			unix.IoctlSetWinsize(int(f.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: size.Height, Col: size.Width})
+			_ = console.SetWinSize(f, size.Height, size.Width)
 		}
 		got <- f
 	}()
@@ -128,7 +130,7 @@ func execHelper(ctl *os.File, args []string) error {
 		return fmt.Errorf("control socket: %w", err)
 	}
 	uc := conn.(*net.UnixConn)
-	if _, _, err := uc.WriteMsgUnix([]byte("pty\n"), unix.UnixRights(int(master.Fd())), nil); err != nil {
+	if err := console.Send(uc, "pty\n", master); err != nil {
 		return fmt.Errorf("send terminal: %w", err)
 	}
 	master.Close()
@@ -153,39 +155,4 @@ func execHelper(ctl *os.File, args []string) error {
 		_, err = fmt.Fprintf(uc, "exit %d\n", code)
 		return err
 	}
-}
-
-// recvFD accepts one connection and reads one descriptor sent with
-// SCM_RIGHTS (runc and crun send the master this way).
-func recvFD(lis *net.UnixListener) (*os.File, error) {
-	conn, err := lis.AcceptUnix()
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	buf := make([]byte, 4096)
-	oob := make([]byte, unix.CmsgSpace(4*4))
-	_, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
-	if err != nil {
-		return nil, err
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil {
-		return nil, err
-	}
-	var fds []int
-	for _, m := range msgs {
-		got, err := unix.ParseUnixRights(&m)
-		if err == nil {
-			fds = append(fds, got...)
-		}
-	}
-	if len(fds) == 0 {
-		return nil, errors.New("no descriptor in console socket message")
-	}
-	for _, fd := range fds[1:] {
-		unix.Close(fd)
-	}
-	unix.CloseOnExec(fds[0])
-	return os.NewFile(uintptr(fds[0]), "pty-master"), nil
 }

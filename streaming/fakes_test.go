@@ -19,6 +19,7 @@ import (
 	"k8s.io/streaming/pkg/httpstream/spdy"
 
 	"github.com/podunit/podunit/config"
+	"github.com/podunit/podunit/console"
 	"github.com/podunit/podunit/errdefs"
 )
 
@@ -185,7 +186,7 @@ type memStore struct {
 
 func (m *memStore) Store(name string, f *os.File) error {
 	var nfd int
-	err := control(f, func(fd int) error {
+	err := console.Control(f, func(fd int) error {
 		var err error
 		nfd, err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
 		return err
@@ -221,7 +222,7 @@ func (m *memStore) restart() []*os.File {
 	var out []*os.File
 	for name, f := range m.fds {
 		var nfd int
-		control(f, func(fd int) error {
+		console.Control(f, func(fd int) error {
 			var err error
 			nfd, err = unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
 			return err

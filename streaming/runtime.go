@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	utilexec "k8s.io/utils/exec"
@@ -16,8 +17,8 @@ import (
 type Target struct {
 	ID      string
 	Running bool
-	// Stdin is the container config's value.
-	Stdin bool
+	// Stdin, StdinOnce and TTY are the container config's values.
+	Stdin, StdinOnce, TTY bool
 	// StdinPath is the container's stdin FIFO, where attach input goes
 	// (the unit's wrapper opened the FIFO read-write itself: input works,
 	// stdin_once cannot end it).
@@ -36,6 +37,17 @@ type Target struct {
 // wrap errdefs.ErrNotFound.
 type Containers interface {
 	StreamTarget(ctx context.Context, id string) (Target, error)
+}
+
+// Terminals gives access to tty containers' terminals, which the node's
+// log relay holds (logrelay.Client). Unknown terminals wrap
+// errdefs.ErrNotFound.
+type Terminals interface {
+	// Terminal returns the master for a session's input and resizes; the
+	// relay alone reads it.
+	Terminal(id string) (*os.File, error)
+	// Hangup closes the terminal for good (stdin_once).
+	Hangup(id string) error
 }
 
 // Pods gives a pod's pinned network namespace. An unknown pod must wrap

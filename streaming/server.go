@@ -44,7 +44,10 @@ type Deps struct {
 	Exec Executor
 	// Output follows non-TTY output for attach; nil uses JournalFollower.
 	Output OutputSource
-	Logger *slog.Logger
+	// Terminals holds tty containers' terminals; nil refuses attach to
+	// them.
+	Terminals Terminals
+	Logger    *slog.Logger
 }
 
 // Server is podunit's streaming server. Create it with New, run it with

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/podunit/podunit/console"
 	"github.com/podunit/podunit/oci"
 )
 
@@ -121,24 +122,14 @@ func RunTerminal(ctx context.Context, helper []string, p ExecProcess, prepare Pr
 // receiveMaster reads the helper's "pty" message carrying the terminal's
 // master.
 func receiveMaster(uc *net.UnixConn) (*os.File, error) {
-	buf := make([]byte, 16)
-	oob := make([]byte, unix.CmsgSpace(4))
-	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
+	msg, f, err := console.Recv(uc, "exec-pty")
 	if err != nil {
-		return nil, err
+		if msg == "" {
+			return nil, errors.New("exec helper ended without a terminal")
+		}
+		return nil, fmt.Errorf("exec helper sent no terminal: %w", err)
 	}
-	if n == 0 {
-		return nil, errors.New("exec helper ended without a terminal")
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) == 0 {
-		return nil, errors.New("exec helper sent no terminal")
-	}
-	mfds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(mfds) == 0 {
-		return nil, errors.New("exec helper sent no terminal")
-	}
-	return adopt(os.NewFile(uintptr(mfds[0]), "exec-pty"), "exec-pty")
+	return adopt(f, "exec-pty")
 }
 
 // relayTerminal serves one exec's terminal: resize requests, stdin into
@@ -154,7 +145,7 @@ func relayTerminal(master *os.File, p ExecProcess) (stop func(), copied <-chan s
 				if !ok {
 					return
 				}
-				setWinSize(master, s)
+				_ = console.SetWinSize(master, s.Height, s.Width)
 			case <-done:
 				return
 			}

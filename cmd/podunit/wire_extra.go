@@ -66,9 +66,10 @@ func startStreaming(cfg *config.Config, s *services, stored []*os.File, log *slo
 		Address: cfg.Streaming.Address, TLSCert: cfg.Streaming.TLSCert, TLSKey: cfg.Streaming.TLSKey,
 	}, streaming.Deps{
 		Containers: s.ctrs, Pods: podNetNS{s.pods},
-		Exec:   s.ctrs,
-		Output: streaming.JournalFollower{},
-		Logger: log.With("component", "streaming"),
+		Exec:      s.ctrs,
+		Output:    streaming.JournalFollower{},
+		Terminals: s.relay,
+		Logger:    log.With("component", "streaming"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("streaming server: %w", err)
