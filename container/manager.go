@@ -224,7 +224,11 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 		return "", fmt.Errorf("create container: %w", err)
 	}
 	undo = append(undo, func(context.Context) error { return os.RemoveAll(m.stateDir(id)) })
-	if err := m.imgs.CreateContainerRootfs(ctx, id, img.ID, ""); err != nil {
+	idmap, err := userNamespace(pod, cfg)
+	if err != nil {
+		return "", fmt.Errorf("create container %q: %w", cfg.GetMetadata().GetName(), err)
+	}
+	if err := m.imgs.CreateContainerRootfs(ctx, id, img.ID, "", idmap); err != nil {
 		return "", fmt.Errorf("create container %q: rootfs: %w", cfg.GetMetadata().GetName(), err)
 	}
 	undo = append(undo, func(ctx context.Context) error { return m.imgs.DeleteRootfs(ctx, id) })

@@ -10,6 +10,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/oci"
 )
 
@@ -63,21 +64,39 @@ func (s *Server) runtimeHandlers() []*runtimeapi.RuntimeHandler {
 	return out
 }
 
-// podUserNamespaces is whether podunit itself runs pods in their own user
-// namespace (RunPodSandbox's userns_options, idmapped rootfs and volumes).
-// Until it does, no handler is advertised with user namespaces, whatever
-// the handler could do: the kubelet would send hostUsers: false pods that
-// then run in the host's user namespace.
-const podUserNamespaces = false
-
 // handlerFeatures is what the kubelet may rely on for one handler: what
-// the handler and the kernel support (oci.Features, probed at start) and,
-// for user namespaces, what podunit supports as well.
+// the handler and the kernel support (oci.Features, probed at start). A
+// handler with user namespaces runs hostUsers: false pods: podunit pins
+// the pod's user namespace and idmaps the containers' root filesystems,
+// the handler joins the namespace and idmaps the volumes.
 func handlerFeatures(f oci.Features) *runtimeapi.RuntimeHandlerFeatures {
 	return &runtimeapi.RuntimeHandlerFeatures{
 		RecursiveReadOnlyMounts: f.RecursiveReadOnly,
-		UserNamespaces:          f.UserNamespaces && podUserNamespaces,
+		UserNamespaces:          f.UserNamespaces,
 	}
+}
+
+// checkUserNamespace refuses a pod in a user namespace of its own on a
+// handler that cannot run it (Debian's runc 1.1 has no idmapped mounts),
+// which the kubelet never sends when it reads the handler's features.
+// Malformed options are the request's fault and say so first.
+func (s *Server) checkUserNamespace(cfg *runtimeapi.PodSandboxConfig, handler string) error {
+	uids, _, err := oci.UserNamespaceMappings(cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions())
+	if err != nil || uids == nil {
+		return err
+	}
+	name := handler
+	if name == "" {
+		name = s.cfg.Runtime.DefaultHandler
+	}
+	if _, ok := s.cfg.Runtime.Handlers[name]; !ok {
+		return nil // Run refuses an unknown handler
+	}
+	if f := s.features[name]; !f.UserNamespaces {
+		return fmt.Errorf("runtime handler %q (%s %s) cannot run pods in a user namespace (no idmapped mounts, or the kernel lacks user namespaces or mount_setattr): %w",
+			name, f.Source, f.Version, errdefs.ErrPrecondition)
+	}
+	return nil
 }
 
 func (s *Server) RuntimeConfig(ctx context.Context, req *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {

@@ -13,8 +13,10 @@ import (
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/netns"
 	"github.com/podunit/podunit/network"
+	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/podfiles"
 	"github.com/podunit/podunit/systemd"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -24,6 +26,8 @@ import (
 // so that an invalid request changes nothing.
 type plan struct {
 	hostNet, hostIPC, sharedPID bool
+	// uids and gids map the pod's own user namespace; nil: the host's.
+	uids, gids                  []specs.LinuxIDMapping
 	sysctls                     map[podfiles.Namespace]map[string]string
 	resolv                      []byte
 	bandwidth                   *network.Bandwidth
@@ -48,12 +52,21 @@ func (m *Manager) validate(cfg *runtimeapi.PodSandboxConfig, handler string) (*p
 		sharedPID: nso.GetPid() == runtimeapi.NamespaceMode_POD,
 		resources: cfg.GetLinux().GetResources(),
 	}
+	var err error
+	if p.uids, p.gids, err = oci.UserNamespaceMappings(nso.GetUsernsOptions()); err != nil {
+		return nil, err
+	}
+	if p.uids != nil && (p.hostNet || p.hostIPC || nso.GetPid() == runtimeapi.NamespaceMode_NODE) {
+		// The kubelet refuses hostUsers: false with any host namespace
+		// too: the host's namespaces belong to the host's user namespace,
+		// where the pod's root is nobody.
+		return nil, fmt.Errorf("userns_options: a pod in its own user namespace cannot use the host's network, IPC or PID namespace: %w", errdefs.ErrInvalid)
+	}
 	if !p.hostNet && cfg.GetHostname() != "" {
 		if err := podfiles.ValidHostname(cfg.GetHostname()); err != nil {
 			return nil, err
 		}
 	}
-	var err error
 	if p.sysctls, err = podfiles.Classify(cfg.GetLinux().GetSysctls(), p.hostNet, p.hostIPC); err != nil {
 		return nil, err
 	}
@@ -203,6 +216,9 @@ func (m *Manager) newSandbox(id string, cfg *runtimeapi.PodSandboxConfig, handle
 		sb.IPCNSPath = m.pinPath("ipc", id)
 		sb.ShmPath = filepath.Join(dir, "shm")
 	}
+	if p.uids != nil {
+		sb.UserNSPath = m.pinPath("user", id)
+	}
 	if p.sharedPID {
 		sb.PIDNSPath = m.pinPath("pid", id)
 		sb.InitUnit = strings.TrimSuffix(sb.Slice, ".slice") + "-init.service"
@@ -251,7 +267,11 @@ func (m *Manager) nsPins(sb *Sandbox) map[netns.Kind]string {
 // sysctls.
 func (m *Manager) setupNamespaces(sb *Sandbox, p *plan) error {
 	pins := m.nsPins(sb)
-	if err := netns.New(pins); err != nil {
+	if sb.UserNSPath != "" {
+		if err := netns.NewInUser(sb.UserNSPath, p.uids, p.gids, pins); err != nil {
+			return fmt.Errorf("pod namespaces: %w", err)
+		}
+	} else if err := netns.New(pins); err != nil {
 		return fmt.Errorf("pod namespaces: %w", err)
 	}
 	if sb.ShmPath != "" {
@@ -397,6 +417,12 @@ func (m *Manager) teardown(ctx context.Context, sb *Sandbox) error {
 	}
 	for _, p := range m.nsPins(sb) {
 		if err := netns.Unpin(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Last: it owns the namespaces above.
+	if sb.UserNSPath != "" {
+		if err := netns.Unpin(sb.UserNSPath); err != nil {
 			errs = append(errs, err)
 		}
 	}
