@@ -2,6 +2,7 @@ package cri
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -118,6 +119,41 @@ func TestStatusHandlerFeaturesPerHandler(t *testing.T) {
 	for _, h := range st.RuntimeHandlers {
 		if h.Features.RecursiveReadOnlyMounts || h.Features.UserNamespaces {
 			t.Errorf("unprobed %q: %v", h.Name, h.Features)
+		}
+	}
+}
+
+// A pod in its own user namespace runs only on a handler that can run it;
+// malformed options are InvalidArgument whatever the handler.
+func TestRunPodSandboxUserNamespaceNeedsHandler(t *testing.T) {
+	cfg := config.Default()
+	cfg.CNI.ConfDir = t.TempDir()
+	s := New(Deps{Config: &cfg, Systemd: systemdtest.New(), Features: map[string]oci.Features{
+		"runc": {Source: "runc features", Version: "1.1.5"},
+		"crun": {Source: "crun --version", Version: "1.8.1", UserNamespaces: true},
+	}})
+	m := []*runtimeapi.IDMapping{{ContainerId: 0, HostId: 100000, Length: 65536}}
+	pod := func(u *runtimeapi.UserNamespace) *runtimeapi.PodSandboxConfig {
+		return &runtimeapi.PodSandboxConfig{Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+			NamespaceOptions: &runtimeapi.NamespaceOption{UsernsOptions: u},
+		}}}
+	}
+	ok := &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: m, Gids: m}
+	for _, tt := range []struct {
+		handler string
+		u       *runtimeapi.UserNamespace
+		want    error
+	}{
+		{"", ok, errdefs.ErrPrecondition}, // the default handler is runc
+		{"runc", ok, errdefs.ErrPrecondition},
+		{"runc", &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_TARGET}, errdefs.ErrInvalid},
+		{"crun", &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: m}, errdefs.ErrInvalid},
+		{"crun", ok, nil},
+		{"runc", &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_NODE}, nil},
+		{"runc", nil, nil},
+	} {
+		if err := s.checkUserNamespace(pod(tt.u), tt.handler); !errors.Is(err, tt.want) {
+			t.Errorf("handler %q options %v: %v, want %v", tt.handler, tt.u, err, tt.want)
 		}
 	}
 }

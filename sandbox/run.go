@@ -297,7 +297,11 @@ func (m *Manager) setupNamespaces(sb *Sandbox, p *plan) error {
 				return fmt.Errorf("pod hostname: %w", err)
 			}
 		}
-		return applySysctls(p.sysctls)
+		ipcRoot := -1
+		if p.uids != nil {
+			ipcRoot = int(p.uids[0].HostID)
+		}
+		return applySysctls(p.sysctls, ipcRoot)
 	})
 }
 
@@ -307,7 +311,13 @@ func (m *Manager) setupNamespaces(sb *Sandbox, p *plan) error {
 // private so nothing propagates out, and a fresh procfs whose entries
 // resolve against the thread's pod namespaces. The thread dies afterwards
 // and the mount namespace with it.
-func applySysctls(byNS map[podfiles.Namespace]map[string]string) error {
+//
+// ipcRoot >= 0 is the host UID of the root of the user namespace owning
+// the pod's IPC namespace: the kernel lets only that UID write its IPC
+// sysctls (ipc_permissions checks the euid, not capabilities), so the
+// thread takes it as its effective UID last, after the network and UTS
+// ones, which host root writes.
+func applySysctls(byNS map[podfiles.Namespace]map[string]string, ipcRoot int) error {
 	if len(byNS) == 0 {
 		return nil
 	}
@@ -320,12 +330,19 @@ func applySysctls(byNS map[podfiles.Namespace]map[string]string) error {
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount procfs for sysctls: %w", err)
 	}
-	for _, ns := range []podfiles.Namespace{podfiles.NetNS, podfiles.IPCNS, podfiles.UTSNS} {
+	for _, ns := range []podfiles.Namespace{podfiles.NetNS, podfiles.UTSNS} {
 		if err := podfiles.Apply("/proc/sys", byNS[ns]); err != nil {
 			return err
 		}
 	}
-	return nil
+	if len(byNS[podfiles.IPCNS]) > 0 && ipcRoot >= 0 {
+		// The raw syscall changes this thread only (the libc and Go
+		// wrappers change every thread); the thread is never reused.
+		if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(ipcRoot), ^uintptr(0)); errno != 0 {
+			return fmt.Errorf("take UID %d to set IPC sysctls: %w", ipcRoot, errno)
+		}
+	}
+	return podfiles.Apply("/proc/sys", byNS[podfiles.IPCNS])
 }
 
 func (m *Manager) netRequest(sb *Sandbox) *network.Request {
