@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/moby/sys/mountinfo"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -100,6 +102,9 @@ func (s *Store) createLayer(ctx context.Context, id, imageID string, meta ownerM
 		if len(idmap.UIDs) == 0 || len(idmap.GIDs) == 0 {
 			return fmt.Errorf("%w: ID mapping of %s %s needs uid and gid mappings", errdefs.ErrInvalid, meta.Kind, id)
 		}
+		if err := s.traversable(); err != nil {
+			return err
+		}
 		if opts == nil {
 			opts = &storage.ContainerOptions{}
 		}
@@ -117,6 +122,29 @@ func (s *Store) createLayer(ctx context.Context, id, imageID string, meta ownerM
 		return storageErr(fmt.Sprintf("creating %s %s on image %s", meta.Kind, id, imageID), err)
 	}
 	s.log.DebugContext(ctx, "created writable layer", "kind", meta.Kind, "id", id, "image", imageID)
+	return nil
+}
+
+// traversable lets IDs outside the host's root reach the layers' mount
+// points: the runtime sets up a user-namespaced container's root
+// filesystem from inside the user namespace, as the namespace's root,
+// which is "others" on the host and cannot search storage's 0700 graph
+// root and driver directory. Search without read (0711) reveals no names;
+// each layer directory stays 0700, owned by root, or for a mapped
+// container's layer by the namespace's root.
+func (s *Store) traversable() error {
+	root := s.store.GraphRoot()
+	for _, d := range []string{root, filepath.Join(root, s.store.GraphDriverName())} {
+		st, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("storage directory: %w", err)
+		}
+		if st.Mode().Perm()&0o011 != 0o011 {
+			if err := os.Chmod(d, st.Mode().Perm()|0o011); err != nil {
+				return fmt.Errorf("storage directory %s searchable for user namespaces: %w", d, err)
+			}
+		}
+	}
 	return nil
 }
 
