@@ -10,13 +10,13 @@ import (
 	"strings"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/netns"
 	"github.com/podunit/podunit/network"
 	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/podfiles"
 	"github.com/podunit/podunit/systemd"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -27,14 +27,14 @@ import (
 type plan struct {
 	hostNet, hostIPC, sharedPID bool
 	// uids and gids map the pod's own user namespace; nil: the host's.
-	uids, gids                  []specs.LinuxIDMapping
-	sysctls                     map[podfiles.Namespace]map[string]string
-	resolv                      []byte
-	bandwidth                   *network.Bandwidth
-	ports                       []network.PortMapping
-	slice                       string
-	ownSlice                    bool
-	resources                   *runtimeapi.LinuxContainerResources
+	uids, gids []specs.LinuxIDMapping
+	sysctls    map[podfiles.Namespace]map[string]string
+	resolv     []byte
+	bandwidth  *network.Bandwidth
+	ports      []network.PortMapping
+	slice      string
+	ownSlice   bool
+	resources  *runtimeapi.LinuxContainerResources
 }
 
 func (m *Manager) validate(cfg *runtimeapi.PodSandboxConfig, handler string) (*plan, error) {
