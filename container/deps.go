@@ -28,7 +28,7 @@ import (
 // ImageStore is what the manager needs from imagestore.Store.
 type ImageStore interface {
 	Resolve(ctx context.Context, ref string) (*imagestore.ImageInfo, error)
-	CreateContainerRootfs(ctx context.Context, containerID, imageRef, name string) error
+	CreateContainerRootfs(ctx context.Context, containerID, imageRef, name string, idmap *imagestore.IDMap) error
 	MountRootfs(ctx context.Context, containerID string) (string, error)
 	UnmountRootfs(ctx context.Context, containerID string) error
 	DeleteRootfs(ctx context.Context, containerID string) error
@@ -52,10 +52,12 @@ type Pod struct {
 	Slice string
 	// Pinned namespace files; empty means host or private as the config says.
 	NetNSPath, IPCNSPath, UTSNSPath, PIDNSPath string
-	ResolvConfPath, HostsPath, HostnamePath    string
-	ShmPath                                    string
-	LogDirectory                               string
-	RuntimeHandler                             string
+	// UserNSPath is the pod's user namespace; empty: the host's.
+	UserNSPath                              string
+	ResolvConfPath, HostsPath, HostnamePath string
+	ShmPath                                 string
+	LogDirectory                            string
+	RuntimeHandler                          string
 }
 
 // Pods looks sandboxes up; sandbox.Manager behind an adapter.

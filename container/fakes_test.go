@@ -47,7 +47,7 @@ func (f *fakeImages) Resolve(ctx context.Context, ref string) (*imagestore.Image
 	}, nil
 }
 
-func (f *fakeImages) CreateContainerRootfs(ctx context.Context, id, imageRef, name string) error {
+func (f *fakeImages) CreateContainerRootfs(ctx context.Context, id, imageRef, name string, idmap *imagestore.IDMap) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	root := filepath.Join(f.dir, id)

@@ -59,7 +59,7 @@ func (d *dirImages) Resolve(ctx context.Context, ref string) (*imagestore.ImageI
 		Config: imgspecv1.ImageConfig{Cmd: []string{"sh"}, Env: []string{"PATH=/bin"}}}, nil
 }
 
-func (d *dirImages) CreateContainerRootfs(ctx context.Context, id, imageRef, name string) error {
+func (d *dirImages) CreateContainerRootfs(ctx context.Context, id, imageRef, name string, idmap *imagestore.IDMap) error {
 	dst := filepath.Join(d.root, id)
 	if err := os.MkdirAll(filepath.Join(dst, "merged"), 0o755); err != nil {
 		return err

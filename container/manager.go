@@ -325,7 +325,11 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 		return "", fmt.Errorf("create container: %w", err)
 	}
 	undo = append(undo, func(context.Context) error { return os.RemoveAll(m.stateDir(id)) })
-	if err := m.imgs.CreateContainerRootfs(ctx, id, img.ID, ""); err != nil {
+	idmap, err := userNamespace(pod, cfg)
+	if err != nil {
+		return "", fmt.Errorf("create container %q: %w", cfg.GetMetadata().GetName(), err)
+	}
+	if err := m.imgs.CreateContainerRootfs(ctx, id, img.ID, "", idmap); err != nil {
 		return "", fmt.Errorf("create container %q: rootfs: %w", cfg.GetMetadata().GetName(), err)
 	}
 	undo = append(undo, func(ctx context.Context) error { return m.imgs.DeleteRootfs(ctx, id) })
@@ -334,9 +338,15 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 		return "", fmt.Errorf("create container %q: mount rootfs: %w", cfg.GetMetadata().GetName(), err)
 	}
 	undo = append(undo, func(ctx context.Context) error { return m.imgs.UnmountRootfs(ctx, id) })
-	undo = append(undo, func(context.Context) error { return os.RemoveAll(m.runDir(id)) })
+	undo = append(undo, func(context.Context) error { return m.removeRunDir(id) })
 	if restore != "" {
 		if err := m.adoptRestore(id, restore, rootfs); err != nil {
+			return "", fmt.Errorf("create container %q: %w", cfg.GetMetadata().GetName(), err)
+		}
+	}
+	if idmap != nil {
+		undo = append(undo, func(context.Context) error { return m.unbindRootfs(id) })
+		if rootfs, err = m.bindRootfs(id, rootfs); err != nil {
 			return "", fmt.Errorf("create container %q: %w", cfg.GetMetadata().GetName(), err)
 		}
 	}
@@ -494,6 +504,9 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 			return fmt.Errorf("remove container %s: runtime state: %w", id, err)
 		}
 	}
+	if err := m.unbindRootfs(id); err != nil {
+		return fmt.Errorf("remove container %s: %w", id, err)
+	}
 	if err := m.imgs.UnmountRootfs(ctx, id); err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)
 	}
@@ -503,7 +516,7 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	if err := m.imgs.DeleteImageVolumes(ctx, id); err != nil {
 		return fmt.Errorf("remove container %s: image volumes: %w", id, err)
 	}
-	if err := os.RemoveAll(m.runDir(id)); err != nil {
+	if err := m.removeRunDir(id); err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)
 	}
 	if err := os.RemoveAll(m.stateDir(id)); err != nil {

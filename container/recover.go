@@ -72,7 +72,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			id := idOfUnit(u.Name)
 			if !strings.ContainsAny(id, "/.") && id != "" {
 				_ = os.RemoveAll(m.stateDir(id))
-				_ = os.RemoveAll(m.runDir(id))
+				_ = m.removeRunDir(id)
 			}
 		}
 	}
@@ -156,6 +156,9 @@ func (m *Manager) removeOrphan(ctx context.Context, id string) error {
 	for _, rt := range m.runtimes() {
 		_ = rt.Delete(ctx, id)
 	}
+	if err := m.unbindRootfs(id); err != nil {
+		return fmt.Errorf("orphan container %s: %w", id, err)
+	}
 	if err := m.imgs.UnmountRootfs(ctx, id); err != nil {
 		return fmt.Errorf("orphan container %s: %w", id, err)
 	}
@@ -165,7 +168,7 @@ func (m *Manager) removeOrphan(ctx context.Context, id string) error {
 	if err := m.imgs.DeleteImageVolumes(ctx, id); err != nil {
 		return fmt.Errorf("orphan container %s: %w", id, err)
 	}
-	if err := os.RemoveAll(m.runDir(id)); err != nil {
+	if err := m.removeRunDir(id); err != nil {
 		return err
 	}
 	return os.RemoveAll(filepath.Join(m.opts.StateDir, id))

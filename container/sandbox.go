@@ -31,6 +31,7 @@ func (p sandboxPods) Pod(ctx context.Context, id string) (*Pod, error) {
 	return &Pod{
 		ID: sb.ID, Config: sb.Config, Slice: sb.Slice,
 		NetNSPath: sb.NetNSPath, IPCNSPath: sb.IPCNSPath, UTSNSPath: sb.UTSNSPath, PIDNSPath: sb.PIDNSPath,
+		UserNSPath:     sb.UserNSPath,
 		ResolvConfPath: sb.ResolvConfPath, HostsPath: sb.HostsPath, HostnamePath: sb.HostnamePath,
 		ShmPath: sb.ShmPath, LogDirectory: sb.LogDirectory, RuntimeHandler: sb.RuntimeHandler,
 	}, nil

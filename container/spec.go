@@ -3,8 +3,10 @@ package container
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/oci"
 	"golang.org/x/sys/unix"
@@ -60,7 +62,7 @@ func (m *Manager) buildSpec(ctx context.Context, r specRequest) (*specs.Spec, *o
 		RootfsPath: r.rootfs,
 		Namespaces: oci.PodNamespaces{
 			NetworkPath: r.pod.NetNSPath, IPCPath: r.pod.IPCNSPath,
-			UTSPath: r.pod.UTSNSPath, PIDPath: r.pod.PIDNSPath,
+			UTSPath: r.pod.UTSNSPath, PIDPath: r.pod.PIDNSPath, UserPath: r.pod.UserNSPath,
 		},
 		CgroupsPath: r.cgroupsPath,
 		PodFiles: oci.PodFiles{
@@ -124,4 +126,34 @@ func stopSignal(cri runtimeapi.Signal, image string) (int, error) {
 		return 0, fmt.Errorf("image StopSignal: %w", err)
 	}
 	return int(sig), nil
+}
+
+// userNamespace is the ID mapping of the container's root filesystem: the
+// pod's, when the pod has its own user namespace, which each of its
+// containers joins. A container cannot have a user namespace the pod does
+// not have, nor other mappings than the pod's: its processes and its
+// files would not agree on who owns what.
+func userNamespace(pod *Pod, cfg *runtimeapi.ContainerConfig) (*imagestore.IDMap, error) {
+	podUIDs, podGIDs, err := oci.UserNamespaceMappings(pod.Config.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions())
+	if err != nil {
+		return nil, fmt.Errorf("pod %s: %w", pod.ID, err)
+	}
+	own := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions()
+	uids, gids, err := oci.UserNamespaceMappings(own)
+	if err != nil {
+		return nil, err
+	}
+	if pod.UserNSPath == "" {
+		if uids != nil {
+			return nil, fmt.Errorf("userns_options: pod %s runs in the host's user namespace, a container cannot have its own: %w", pod.ID, errdefs.ErrInvalid)
+		}
+		return nil, nil
+	}
+	if podUIDs == nil {
+		return nil, fmt.Errorf("pod %s has a user namespace but no ID mappings in its config: %w", pod.ID, errdefs.ErrPrecondition)
+	}
+	if own != nil && (!slices.Equal(uids, podUIDs) || !slices.Equal(gids, podGIDs)) {
+		return nil, fmt.Errorf("userns_options: a container joins its pod's user namespace (mode POD with the pod's mappings), got %v: %w", own, errdefs.ErrInvalid)
+	}
+	return &imagestore.IDMap{UIDs: podUIDs, GIDs: podGIDs}, nil
 }

@@ -32,7 +32,7 @@ func (i ctrTestImages) Resolve(ctx context.Context, ref string) (*imagestore.Ima
 	}
 	return &imagestore.ImageInfo{ID: "1234"}, nil
 }
-func (i ctrTestImages) CreateContainerRootfs(ctx context.Context, id, ref, name string) error {
+func (i ctrTestImages) CreateContainerRootfs(ctx context.Context, id, ref, name string, _ *imagestore.IDMap) error {
 	return os.MkdirAll(filepath.Join(i.dir, id), 0o755)
 }
 func (i ctrTestImages) MountRootfs(ctx context.Context, id string) (string, error) {

@@ -18,6 +18,9 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	if req.GetConfig() == nil {
 		return nil, fmt.Errorf("pod sandbox config is required: %w", errdefs.ErrInvalid)
 	}
+	if err := s.checkUserNamespace(req.GetConfig(), req.GetRuntimeHandler()); err != nil {
+		return nil, err
+	}
 	id, err := s.pods.Run(ctx, req.GetConfig(), req.GetRuntimeHandler())
 	if err != nil {
 		return nil, err

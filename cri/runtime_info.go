@@ -10,6 +10,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/oci"
 )
 
@@ -51,17 +52,7 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 func (s *Server) runtimeHandlers() []*runtimeapi.RuntimeHandler {
 	// Names and features come from one read, so a reload never shows a
 	// handler with another's (or no longer probed) features.
-	var def string
-	var features map[string]oci.Features
-	if s.handlers != nil {
-		def, features = s.handlers()
-	} else {
-		cfg := s.cfg()
-		def, features = cfg.Runtime.DefaultHandler, make(map[string]oci.Features, len(cfg.Runtime.Handlers))
-		for n := range cfg.Runtime.Handlers {
-			features[n] = oci.Features{}
-		}
-	}
+	def, features := s.probedHandlers()
 	names := make([]string, 0, len(features))
 	for n := range features {
 		names = append(names, n)
@@ -76,21 +67,56 @@ func (s *Server) runtimeHandlers() []*runtimeapi.RuntimeHandler {
 	return out
 }
 
-// podUserNamespaces is whether podunit itself runs pods in their own user
-// namespace (RunPodSandbox's userns_options, idmapped rootfs and volumes).
-// Until it does, no handler is advertised with user namespaces, whatever
-// the handler could do: the kubelet would send hostUsers: false pods that
-// then run in the host's user namespace.
-const podUserNamespaces = false
+// probedHandlers are the default handler's name and every handler's
+// features: the container manager's, which follow reloads; without one,
+// the configured handlers with none.
+func (s *Server) probedHandlers() (string, map[string]oci.Features) {
+	if s.handlers != nil {
+		return s.handlers()
+	}
+	cfg := s.cfg()
+	features := make(map[string]oci.Features, len(cfg.Runtime.Handlers))
+	for n := range cfg.Runtime.Handlers {
+		features[n] = oci.Features{}
+	}
+	return cfg.Runtime.DefaultHandler, features
+}
 
 // handlerFeatures is what the kubelet may rely on for one handler: what
-// the handler and the kernel support (oci.Features, probed at start) and,
-// for user namespaces, what podunit supports as well.
+// the handler and the kernel support (oci.Features, probed at start). A
+// handler with user namespaces runs hostUsers: false pods: podunit pins
+// the pod's user namespace and idmaps the containers' root filesystems,
+// the handler joins the namespace and idmaps the volumes.
 func handlerFeatures(f oci.Features) *runtimeapi.RuntimeHandlerFeatures {
 	return &runtimeapi.RuntimeHandlerFeatures{
 		RecursiveReadOnlyMounts: f.RecursiveReadOnly,
-		UserNamespaces:          f.UserNamespaces && podUserNamespaces,
+		UserNamespaces:          f.UserNamespaces,
 	}
+}
+
+// checkUserNamespace refuses a pod in a user namespace of its own on a
+// handler that cannot run it (Debian's runc 1.1 has no idmapped mounts),
+// which the kubelet never sends when it reads the handler's features.
+// Malformed options are the request's fault and say so first.
+func (s *Server) checkUserNamespace(cfg *runtimeapi.PodSandboxConfig, handler string) error {
+	uids, _, err := oci.UserNamespaceMappings(cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions())
+	if err != nil || uids == nil {
+		return err
+	}
+	def, features := s.probedHandlers()
+	name := handler
+	if name == "" {
+		name = def
+	}
+	f, ok := features[name]
+	if !ok {
+		return nil // Run refuses an unknown handler
+	}
+	if !f.UserNamespaces {
+		return fmt.Errorf("runtime handler %q (%s %s) cannot run pods in a user namespace (no idmapped mounts, or the kernel lacks user namespaces or mount_setattr): %w",
+			name, f.Source, f.Version, errdefs.ErrPrecondition)
+	}
+	return nil
 }
 
 func (s *Server) RuntimeConfig(ctx context.Context, req *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {

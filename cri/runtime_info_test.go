@@ -2,6 +2,7 @@ package cri
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -91,9 +92,8 @@ func TestToStatus(t *testing.T) {
 	}
 }
 
-// Status advertises each handler's own probed features; the empty name is
-// the default handler's. User namespaces stay off until podunit runs pods
-// in them, even where the handler could.
+// Status advertises each handler's own probed features, user namespaces
+// included; the empty name is the default handler's.
 func TestStatusHandlerFeaturesPerHandler(t *testing.T) {
 	cfg := config.Default()
 	cfg.CNI.ConfDir = t.TempDir()
@@ -115,10 +115,8 @@ func TestStatusHandlerFeaturesPerHandler(t *testing.T) {
 	if len(got) != 3 || !got[""].RecursiveReadOnlyMounts || !got["runc"].RecursiveReadOnlyMounts || got["crun"].RecursiveReadOnlyMounts {
 		t.Errorf("handlers = %v", st.RuntimeHandlers)
 	}
-	for name, f := range got {
-		if f.UserNamespaces {
-			t.Errorf("%q advertises user namespaces", name)
-		}
+	if !got[""].UserNamespaces || !got["runc"].UserNamespaces || got["crun"].UserNamespaces {
+		t.Errorf("user namespaces per handler = %v", st.RuntimeHandlers)
 	}
 	// A handler whose probe failed advertises nothing.
 	cfg.Runtime.DefaultHandler = "crun"
@@ -129,6 +127,43 @@ func TestStatusHandlerFeaturesPerHandler(t *testing.T) {
 	for _, h := range st.RuntimeHandlers {
 		if h.Features.RecursiveReadOnlyMounts || h.Features.UserNamespaces {
 			t.Errorf("unprobed %q: %v", h.Name, h.Features)
+		}
+	}
+}
+
+// A pod in its own user namespace runs only on a handler that can run it;
+// malformed options are InvalidArgument whatever the handler.
+func TestRunPodSandboxUserNamespaceNeedsHandler(t *testing.T) {
+	cfg := config.Default()
+	cfg.CNI.ConfDir = t.TempDir()
+	s := New(Deps{Config: func() *config.Config { return &cfg }, Systemd: systemdtest.New(), Handlers: func() (string, map[string]oci.Features) {
+		return "runc", map[string]oci.Features{
+			"runc": {Source: "runc features", Version: "1.1.5"},
+			"crun": {Source: "crun --version", Version: "1.8.1", UserNamespaces: true},
+		}
+	}})
+	m := []*runtimeapi.IDMapping{{ContainerId: 0, HostId: 100000, Length: 65536}}
+	pod := func(u *runtimeapi.UserNamespace) *runtimeapi.PodSandboxConfig {
+		return &runtimeapi.PodSandboxConfig{Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+			NamespaceOptions: &runtimeapi.NamespaceOption{UsernsOptions: u},
+		}}}
+	}
+	ok := &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: m, Gids: m}
+	for _, tt := range []struct {
+		handler string
+		u       *runtimeapi.UserNamespace
+		want    error
+	}{
+		{"", ok, errdefs.ErrPrecondition}, // the default handler is runc
+		{"runc", ok, errdefs.ErrPrecondition},
+		{"runc", &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_TARGET}, errdefs.ErrInvalid},
+		{"crun", &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: m}, errdefs.ErrInvalid},
+		{"crun", ok, nil},
+		{"runc", &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_NODE}, nil},
+		{"runc", nil, nil},
+	} {
+		if err := s.checkUserNamespace(pod(tt.u), tt.handler); !errors.Is(err, tt.want) {
+			t.Errorf("handler %q options %v: %v, want %v", tt.handler, tt.u, err, tt.want)
 		}
 	}
 }

@@ -7,10 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/moby/sys/mountinfo"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"go.podman.io/storage"
 	"go.podman.io/storage/pkg/archive"
+	"go.podman.io/storage/pkg/idtools"
 
 	"github.com/podunit/podunit/errdefs"
 )
@@ -42,11 +46,24 @@ func parseOwnerMeta(s string) (ownerMeta, bool) {
 	return m, true
 }
 
+// IDMap maps a user namespace's IDs onto the host's (one OCI mapping per
+// range, as in linux.uidMappings).
+type IDMap struct {
+	UIDs, GIDs []specs.LinuxIDMapping
+}
+
 // CreateContainerRootfs creates the writable layer for a container on the
 // image imageRef names (usually its ID). name, if set, must be unique in
 // the store. Creating a rootfs that already exists for the same image is a
 // no-op, so a retried CreateContainer does not fail on its own leftovers.
-func (s *Store) CreateContainerRootfs(ctx context.Context, containerID, imageRef, name string) error {
+//
+// With idmap (a container in a pod's user namespace) the filesystem is
+// mounted ID-mapped: root-owned image files belong to the namespace's root
+// (host ID idmap.UIDs[0].HostID), and what the container writes lands in
+// its layer with host IDs. The overlay driver idmaps the image's layers
+// at mount time where the kernel can (idmapped lower directories), and
+// otherwise storage makes a chowned copy of the image for the mapping.
+func (s *Store) CreateContainerRootfs(ctx context.Context, containerID, imageRef, name string, idmap *IDMap) error {
 	if containerID == "" {
 		return fmt.Errorf("%w: empty container ID", errdefs.ErrInvalid)
 	}
@@ -56,10 +73,18 @@ func (s *Store) CreateContainerRootfs(ctx context.Context, containerID, imageRef
 	}
 	return s.createLayer(ctx, containerID, img.ID, ownerMeta{
 		Podunit: true, Kind: kindRootfs, Owner: containerID, Name: name, Image: img.ID,
-	})
+	}, idmap)
 }
 
-func (s *Store) createLayer(ctx context.Context, id, imageID string, meta ownerMeta) error {
+func storageIDMap(m []specs.LinuxIDMapping) []idtools.IDMap {
+	out := make([]idtools.IDMap, len(m))
+	for i, x := range m {
+		out[i] = idtools.IDMap{ContainerID: int(x.ContainerID), HostID: int(x.HostID), Size: int(x.Size)}
+	}
+	return out
+}
+
+func (s *Store) createLayer(ctx context.Context, id, imageID string, meta ownerMeta, idmap *IDMap) error {
 	raw, err := json.Marshal(meta)
 	if err != nil {
 		return err
@@ -74,6 +99,18 @@ func (s *Store) createLayer(ctx context.Context, id, imageID string, meta ownerM
 		// upper layer: read-only on the host too, not only in the container.
 		opts = &storage.ContainerOptions{MountOpts: []string{"ro"}}
 	}
+	if idmap != nil {
+		if len(idmap.UIDs) == 0 || len(idmap.GIDs) == 0 {
+			return fmt.Errorf("%w: ID mapping of %s %s needs uid and gid mappings", errdefs.ErrInvalid, meta.Kind, id)
+		}
+		if err := s.traversable(); err != nil {
+			return err
+		}
+		if opts == nil {
+			opts = &storage.ContainerOptions{}
+		}
+		opts.UIDMap, opts.GIDMap = storageIDMap(idmap.UIDs), storageIDMap(idmap.GIDs)
+	}
 	_, err = s.store.CreateContainer(id, names, imageID, "", string(raw), opts)
 	if errors.Is(err, storage.ErrDuplicateID) {
 		if c, cerr := s.store.Container(id); cerr == nil && c.ImageID == imageID {
@@ -86,6 +123,29 @@ func (s *Store) createLayer(ctx context.Context, id, imageID string, meta ownerM
 		return storageErr(fmt.Sprintf("creating %s %s on image %s", meta.Kind, id, imageID), err)
 	}
 	s.log.DebugContext(ctx, "created writable layer", "kind", meta.Kind, "id", id, "image", imageID)
+	return nil
+}
+
+// traversable lets IDs outside the host's root reach the layers' mount
+// points: the runtime sets up a user-namespaced container's root
+// filesystem from inside the user namespace, as the namespace's root,
+// which is "others" on the host and cannot search storage's 0700 graph
+// root and driver directory. Search without read (0711) reveals no names;
+// each layer directory stays 0700, owned by root, or for a mapped
+// container's layer by the namespace's root.
+func (s *Store) traversable() error {
+	root := s.store.GraphRoot()
+	for _, d := range []string{root, filepath.Join(root, s.store.GraphDriverName())} {
+		st, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("storage directory: %w", err)
+		}
+		if st.Mode().Perm()&0o011 != 0o011 {
+			if err := os.Chmod(d, st.Mode().Perm()|0o011); err != nil {
+				return fmt.Errorf("storage directory %s searchable for user namespaces: %w", d, err)
+			}
+		}
+	}
 	return nil
 }
 
@@ -225,7 +285,7 @@ func (s *Store) MountImageVolume(ctx context.Context, containerID, imageRef stri
 	id := imageVolumeID(containerID, img.ID)
 	if err := s.createLayer(ctx, id, img.ID, ownerMeta{
 		Podunit: true, Kind: kindImageVolume, Owner: containerID, Image: img.ID,
-	}); err != nil {
+	}, nil); err != nil {
 		return "", err
 	}
 	return s.mount(ctx, id)

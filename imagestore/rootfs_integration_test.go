@@ -83,17 +83,17 @@ func TestContainerRootfsLifecycle(t *testing.T) {
 	if _, err := s.MountRootfs(ctx, cid); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("mounting an absent rootfs: %v", err)
 	}
-	if err := s.CreateContainerRootfs(ctx, cid, imageID, "k8s_test_pod"); err != nil {
+	if err := s.CreateContainerRootfs(ctx, cid, imageID, "k8s_test_pod", nil); err != nil {
 		t.Fatal(err)
 	}
 	// A retried create is a no-op; a name clash is ErrExists.
-	if err := s.CreateContainerRootfs(ctx, cid, imageID, "k8s_test_pod"); err != nil {
+	if err := s.CreateContainerRootfs(ctx, cid, imageID, "k8s_test_pod", nil); err != nil {
 		t.Fatalf("repeated create: %v", err)
 	}
-	if err := s.CreateContainerRootfs(ctx, "other", imageID, "k8s_test_pod"); !errors.Is(err, errdefs.ErrExists) {
+	if err := s.CreateContainerRootfs(ctx, "other", imageID, "k8s_test_pod", nil); !errors.Is(err, errdefs.ErrExists) {
 		t.Fatalf("duplicate name: %v", err)
 	}
-	if err := s.CreateContainerRootfs(ctx, "other2", "docker.io/library/nothere:1", ""); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := s.CreateContainerRootfs(ctx, "other2", "docker.io/library/nothere:1", "", nil); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("unknown image: %v", err)
 	}
 
@@ -230,7 +230,7 @@ func TestVFSDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateContainerRootfs(ctx, "vfs1", imageID, ""); err != nil {
+	if err := s.CreateContainerRootfs(ctx, "vfs1", imageID, "", nil); err != nil {
 		t.Fatal(err)
 	}
 	path, err := s.MountRootfs(ctx, "vfs1")

@@ -87,7 +87,7 @@ type PodNamespaces struct {
 	// container's (mode TARGET).
 	PIDPath string
 	// UserPath joins the pod's user namespace; empty with userns mode POD
-	// creates one per container with the pod's ID mappings.
+	// has the runtime create one for the container with the mappings.
 	UserPath string
 }
 
@@ -200,7 +200,7 @@ func specOpts(in *SpecInput) []SpecOpt {
 		withOOMScoreAdj(in.Config.GetLinux().GetResources().GetOomScoreAdj(), in.Host.OOMScoreAdjMin),
 		withNamespaces(nsOpts, in.Namespaces, in.Host.CgroupNamespace),
 		withHostname(in.SandboxConfig.GetHostname()),
-		withUserNamespace(nsOpts.GetUsernsOptions(), in.Namespaces.UserPath),
+		withUserNamespace(usernsOptions(in, nsOpts), in.Namespaces.UserPath),
 		withDefaultMounts(in.ShmPath),
 		withPodFiles(in.PodFiles, sc.GetReadonlyRootfs()),
 		withCRIMounts(in.Config.GetMounts(), in.Runtime),
@@ -227,6 +227,15 @@ func namespaceOptions(in *SpecInput) *runtimeapi.NamespaceOption {
 		return o
 	}
 	return in.SandboxConfig.GetLinux().GetSecurityContext().GetNamespaceOptions()
+}
+
+// usernsOptions: a container without user namespace options of its own
+// still joins its pod's user namespace, with the pod's mappings.
+func usernsOptions(in *SpecInput, o *runtimeapi.NamespaceOption) *runtimeapi.UserNamespace {
+	if u := o.GetUsernsOptions(); u != nil || in.Namespaces.UserPath == "" {
+		return u
+	}
+	return in.SandboxConfig.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions()
 }
 
 func invalid(field, format string, args ...any) error {

@@ -2,6 +2,7 @@ package oci
 
 import (
 	"maps"
+	"math"
 	"path"
 	"slices"
 	"strconv"
@@ -77,26 +78,15 @@ func withHostname(h string) SpecOpt {
 	}
 }
 
-// withUserNamespace: userns mode POD maps IDs with the pod's single mapping;
-// the CRI's CONTAINER and TARGET modes have no defined semantics.
+// withUserNamespace: userns mode POD joins the pod's user namespace at
+// joinPath (podunit pins one per pod, created with the pod's mappings) or,
+// with no path, has the runtime create one with those mappings. The
+// mappings go into the spec either way: the runtime idmaps mounts with
+// them.
 func withUserNamespace(u *runtimeapi.UserNamespace, joinPath string) SpecOpt {
 	return func(s *specs.Spec) error {
-		if u == nil {
-			return nil
-		}
-		switch u.GetMode() {
-		case runtimeapi.NamespaceMode_NODE:
-			return nil
-		case runtimeapi.NamespaceMode_POD:
-		default:
-			return invalid("userns_options.mode", "%v is not supported (POD or NODE)", u.GetMode())
-		}
-		uids, err := userNSMappings("uids", u.GetUids())
-		if err != nil {
-			return err
-		}
-		gids, err := userNSMappings("gids", u.GetGids())
-		if err != nil {
+		uids, gids, err := UserNamespaceMappings(u)
+		if err != nil || uids == nil {
 			return err
 		}
 		if joinPath != "" && (!path.IsAbs(joinPath) || hasDotDot(joinPath)) {
@@ -109,12 +99,46 @@ func withUserNamespace(u *runtimeapi.UserNamespace, joinPath string) SpecOpt {
 	}
 }
 
+// UserNamespaceMappings validates a pod's userns_options and returns its
+// ID mappings; nil ones for the host's user namespace (no options, or mode
+// NODE). Like containerd and CRI-O, podunit takes one contiguous mapping
+// per kind that maps container ID 0: the kubelet allocates exactly that,
+// and an idmapped mount takes the same single range. The CRI's CONTAINER
+// and TARGET modes have no defined semantics for user namespaces.
+func UserNamespaceMappings(u *runtimeapi.UserNamespace) (uids, gids []specs.LinuxIDMapping, err error) {
+	if u == nil {
+		return nil, nil, nil
+	}
+	switch u.GetMode() {
+	case runtimeapi.NamespaceMode_NODE:
+		if len(u.GetUids()) > 0 || len(u.GetGids()) > 0 {
+			return nil, nil, invalid("userns_options", "mode NODE takes no ID mappings")
+		}
+		return nil, nil, nil
+	case runtimeapi.NamespaceMode_POD:
+	default:
+		return nil, nil, invalid("userns_options.mode", "%v is not supported (POD or NODE)", u.GetMode())
+	}
+	if uids, err = userNSMappings("uids", u.GetUids()); err != nil {
+		return nil, nil, err
+	}
+	if gids, err = userNSMappings("gids", u.GetGids()); err != nil {
+		return nil, nil, err
+	}
+	return uids, gids, nil
+}
+
 func userNSMappings(field string, m []*runtimeapi.IDMapping) ([]specs.LinuxIDMapping, error) {
 	if len(m) != 1 {
 		return nil, invalid("userns_options."+field, "want exactly one mapping, got %d", len(m))
 	}
 	if m[0].GetContainerId() != 0 || m[0].GetLength() == 0 {
 		return nil, invalid("userns_options."+field, "the mapping must start at container ID 0 and be non-empty")
+	}
+	// The kernel refuses a range past the 32-bit ID space; (uid_t)-1 is
+	// "no ID" and cannot be mapped either.
+	if uint64(m[0].GetHostId())+uint64(m[0].GetLength()) > math.MaxUint32 {
+		return nil, invalid("userns_options."+field, "host IDs %d+%d run past %d", m[0].GetHostId(), m[0].GetLength(), uint32(math.MaxUint32-1))
 	}
 	return []specs.LinuxIDMapping{idMap(m[0])}, nil
 }

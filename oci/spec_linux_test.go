@@ -96,6 +96,10 @@ func TestUserNamespace(t *testing.T) {
 		{name: "no mappings", u: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}, err: errdefs.ErrInvalid},
 		{name: "container mode", u: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_CONTAINER}, err: errdefs.ErrInvalid},
 		{name: "target mode", u: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_TARGET}, err: errdefs.ErrInvalid},
+		{name: "node with mappings", u: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_NODE, Uids: one, Gids: one}, err: errdefs.ErrInvalid},
+		{name: "empty range", u: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: one, Gids: []*runtimeapi.IDMapping{m(0, 1000, 0)}}, err: errdefs.ErrInvalid},
+		{name: "past the ID space", u: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: []*runtimeapi.IDMapping{m(0, 4294901760, 65536)}, Gids: one}, err: errdefs.ErrInvalid},
+		{name: "relative path", u: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: one, Gids: one}, path: "run/ns/user", err: errdefs.ErrInvalid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -117,6 +121,23 @@ func TestUserNamespace(t *testing.T) {
 				t.Errorf("mappings = %v / %v", s.Linux.UIDMappings, s.Linux.GIDMappings)
 			}
 		})
+	}
+}
+
+// The highest host ID a mapping may reach is 2^32-2: (uid_t)-1 is "no ID".
+func TestUserNamespaceMappingsBoundary(t *testing.T) {
+	u := func(h, l uint32) *runtimeapi.UserNamespace {
+		m := []*runtimeapi.IDMapping{{ContainerId: 0, HostId: h, Length: l}}
+		return &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD, Uids: m, Gids: m}
+	}
+	if uids, _, err := UserNamespaceMappings(u(4294901759, 65536)); err != nil || uids[0].HostID != 4294901759 {
+		t.Errorf("up to 2^32-2: %v %v", uids, err)
+	}
+	if _, _, err := UserNamespaceMappings(u(4294901760, 65536)); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Errorf("up to 2^32-1: %v, want ErrInvalid", err)
+	}
+	if uids, gids, err := UserNamespaceMappings(nil); uids != nil || gids != nil || err != nil {
+		t.Errorf("no options: %v %v %v", uids, gids, err)
 	}
 }
 

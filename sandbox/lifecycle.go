@@ -148,7 +148,7 @@ func (m *Manager) UpdateResources(ctx context.Context, id string, r *runtimeapi.
 func (m *Manager) startInit(ctx context.Context, sb *Sandbox) error {
 	md := sb.Config.GetMetadata()
 	desc := fmt.Sprintf("podunit pod %s/%s pid namespace init", md.GetNamespace(), md.GetName())
-	if err := m.opts.Systemd.StartTransientUnit(ctx, sb.InitUnit, initProperties(desc, sb.Slice, m.opts.PodInit)); err != nil {
+	if err := m.opts.Systemd.StartTransientUnit(ctx, sb.InitUnit, initProperties(desc, sb.Slice, initCommand(m.opts.PodInit, sb.UserNSPath))); err != nil {
 		return fmt.Errorf("pod init %s: %w", sb.InitUnit, err)
 	}
 	props, err := m.opts.Systemd.UnitProperties(ctx, sb.InitUnit, "Service")
@@ -249,6 +249,9 @@ func (m *Manager) Recover(ctx context.Context) error {
 }
 
 func (m *Manager) alive(ctx context.Context, sb *Sandbox) bool {
+	if sb.UserNSPath != "" && !netns.IsPinned(sb.UserNSPath) {
+		return false
+	}
 	for _, p := range m.nsPins(sb) {
 		if !netns.IsPinned(p) {
 			return false

@@ -85,6 +85,21 @@ func initProperties(desc, slice string, argv []string) []systemd.Property {
 	}
 }
 
+// nsenter joins the pod's user namespace for the init of a shared PID
+// namespace: a PID namespace belongs to the user namespace of its
+// creator, and a container in the pod's user namespace can mount /proc
+// only for a PID namespace its user namespace owns.
+const nsenter = "/usr/bin/nsenter"
+
+// initCommand is the pod init's command line: podInit, inside the pod's
+// user namespace when it has one (userNS, a pinned namespace file).
+func initCommand(podInit []string, userNS string) []string {
+	if userNS == "" {
+		return podInit
+	}
+	return append([]string{nsenter, "--user=" + userNS, "--"}, podInit...)
+}
+
 func prop(name string, v any) systemd.Property {
 	return systemd.Property{Name: name, Value: godbus.MakeVariant(v)}
 }

@@ -10,9 +10,11 @@ import (
 	"strings"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/netns"
 	"github.com/podunit/podunit/network"
+	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/podfiles"
 	"github.com/podunit/podunit/systemd"
 	"golang.org/x/sys/unix"
@@ -24,13 +26,15 @@ import (
 // so that an invalid request changes nothing.
 type plan struct {
 	hostNet, hostIPC, sharedPID bool
-	sysctls                     map[podfiles.Namespace]map[string]string
-	resolv                      []byte
-	bandwidth                   *network.Bandwidth
-	ports                       []network.PortMapping
-	slice                       string
-	ownSlice                    bool
-	resources                   *runtimeapi.LinuxContainerResources
+	// uids and gids map the pod's own user namespace; nil: the host's.
+	uids, gids []specs.LinuxIDMapping
+	sysctls    map[podfiles.Namespace]map[string]string
+	resolv     []byte
+	bandwidth  *network.Bandwidth
+	ports      []network.PortMapping
+	slice      string
+	ownSlice   bool
+	resources  *runtimeapi.LinuxContainerResources
 }
 
 func (m *Manager) validate(cfg *runtimeapi.PodSandboxConfig, handler string) (*plan, error) {
@@ -48,12 +52,21 @@ func (m *Manager) validate(cfg *runtimeapi.PodSandboxConfig, handler string) (*p
 		sharedPID: nso.GetPid() == runtimeapi.NamespaceMode_POD,
 		resources: cfg.GetLinux().GetResources(),
 	}
+	var err error
+	if p.uids, p.gids, err = oci.UserNamespaceMappings(nso.GetUsernsOptions()); err != nil {
+		return nil, err
+	}
+	if p.uids != nil && (p.hostNet || p.hostIPC || nso.GetPid() == runtimeapi.NamespaceMode_NODE) {
+		// The kubelet refuses hostUsers: false with any host namespace
+		// too: the host's namespaces belong to the host's user namespace,
+		// where the pod's root is nobody.
+		return nil, fmt.Errorf("userns_options: a pod in its own user namespace cannot use the host's network, IPC or PID namespace: %w", errdefs.ErrInvalid)
+	}
 	if !p.hostNet && cfg.GetHostname() != "" {
 		if err := podfiles.ValidHostname(cfg.GetHostname()); err != nil {
 			return nil, err
 		}
 	}
-	var err error
 	if p.sysctls, err = podfiles.Classify(cfg.GetLinux().GetSysctls(), p.hostNet, p.hostIPC); err != nil {
 		return nil, err
 	}
@@ -212,6 +225,9 @@ func (m *Manager) newSandbox(id string, cfg *runtimeapi.PodSandboxConfig, handle
 		sb.IPCNSPath = m.pinPath("ipc", id)
 		sb.ShmPath = filepath.Join(dir, "shm")
 	}
+	if p.uids != nil {
+		sb.UserNSPath = m.pinPath("user", id)
+	}
 	if p.sharedPID {
 		sb.PIDNSPath = m.pinPath("pid", id)
 		sb.InitUnit = strings.TrimSuffix(sb.Slice, ".slice") + "-init.service"
@@ -260,7 +276,11 @@ func (m *Manager) nsPins(sb *Sandbox) map[netns.Kind]string {
 // sysctls.
 func (m *Manager) setupNamespaces(sb *Sandbox, p *plan) error {
 	pins := m.nsPins(sb)
-	if err := netns.New(pins); err != nil {
+	if sb.UserNSPath != "" {
+		if err := netns.NewInUser(sb.UserNSPath, p.uids, p.gids, pins); err != nil {
+			return fmt.Errorf("pod namespaces: %w", err)
+		}
+	} else if err := netns.New(pins); err != nil {
 		return fmt.Errorf("pod namespaces: %w", err)
 	}
 	if sb.ShmPath != "" {
@@ -286,7 +306,11 @@ func (m *Manager) setupNamespaces(sb *Sandbox, p *plan) error {
 				return fmt.Errorf("pod hostname: %w", err)
 			}
 		}
-		return applySysctls(p.sysctls)
+		ipcRoot := -1
+		if p.uids != nil {
+			ipcRoot = int(p.uids[0].HostID)
+		}
+		return applySysctls(p.sysctls, ipcRoot)
 	})
 }
 
@@ -296,7 +320,13 @@ func (m *Manager) setupNamespaces(sb *Sandbox, p *plan) error {
 // private so nothing propagates out, and a fresh procfs whose entries
 // resolve against the thread's pod namespaces. The thread dies afterwards
 // and the mount namespace with it.
-func applySysctls(byNS map[podfiles.Namespace]map[string]string) error {
+//
+// ipcRoot >= 0 is the host UID of the root of the user namespace owning
+// the pod's IPC namespace: the kernel lets only that UID write its IPC
+// sysctls (ipc_permissions checks the euid, not capabilities), so the
+// thread takes it as its effective UID last, after the network and UTS
+// ones, which host root writes.
+func applySysctls(byNS map[podfiles.Namespace]map[string]string, ipcRoot int) error {
 	if len(byNS) == 0 {
 		return nil
 	}
@@ -309,12 +339,19 @@ func applySysctls(byNS map[podfiles.Namespace]map[string]string) error {
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount procfs for sysctls: %w", err)
 	}
-	for _, ns := range []podfiles.Namespace{podfiles.NetNS, podfiles.IPCNS, podfiles.UTSNS} {
+	for _, ns := range []podfiles.Namespace{podfiles.NetNS, podfiles.UTSNS} {
 		if err := podfiles.Apply("/proc/sys", byNS[ns]); err != nil {
 			return err
 		}
 	}
-	return nil
+	if len(byNS[podfiles.IPCNS]) > 0 && ipcRoot >= 0 {
+		// The raw syscall changes this thread only (the libc and Go
+		// wrappers change every thread); the thread is never reused.
+		if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, ^uintptr(0), uintptr(ipcRoot), ^uintptr(0)); errno != 0 {
+			return fmt.Errorf("take UID %d to set IPC sysctls: %w", ipcRoot, errno)
+		}
+	}
+	return podfiles.Apply("/proc/sys", byNS[podfiles.IPCNS])
 }
 
 func (m *Manager) netRequest(sb *Sandbox) *network.Request {
@@ -406,6 +443,12 @@ func (m *Manager) teardown(ctx context.Context, sb *Sandbox) error {
 	}
 	for _, p := range m.nsPins(sb) {
 		if err := netns.Unpin(p); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Last: it owns the namespaces above.
+	if sb.UserNSPath != "" {
+		if err := netns.Unpin(sb.UserNSPath); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -1,6 +1,6 @@
 // Package sandbox manages pod sandboxes the systemd-native way: a pod is a
-// slice, its network, IPC and UTS namespaces are pinned files rather than
-// an infra process, and its network comes from CNI. Only a pod that shares
+// slice, its user, network, IPC and UTS namespaces are pinned files rather
+// than an infra process, and its network comes from CNI. Only a pod that shares
 // one PID namespace gets a process of its own, a tiny init in a transient
 // service.
 package sandbox
@@ -58,6 +58,9 @@ type Sandbox struct {
 	IPCNSPath string `json:"ipcns,omitempty"`
 	UTSNSPath string `json:"utsns,omitempty"`
 	PIDNSPath string `json:"pidns,omitempty"`
+	// UserNSPath pins the pod's user namespace (userns_options mode POD),
+	// which owns its network, IPC and UTS namespaces; empty: the host's.
+	UserNSPath string `json:"userns,omitempty"`
 	// InitUnit holds the shared PID namespace; empty without one.
 	InitUnit string `json:"initUnit,omitempty"`
 

@@ -267,7 +267,7 @@ func assertNoTraces(t *testing.T, e *env, id string) {
 	t.Helper()
 	for _, p := range []string{
 		e.m.statePath(id), e.m.podDir(id), e.m.pinPath("net", id), e.m.pinPath("ipc", id),
-		e.m.pinPath("uts", id), e.m.pinPath("pid", id),
+		e.m.pinPath("uts", id), e.m.pinPath("pid", id), e.m.pinPath("user", id),
 	} {
 		if _, err := os.Lstat(p); !os.IsNotExist(err) {
 			t.Errorf("%s left behind (%v)", p, err)

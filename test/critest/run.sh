@@ -11,6 +11,12 @@
 #   CRITEST_WEBSOCKET=0  skip the second pass that reruns the Streaming specs
 #                   with -websocket-exec -websocket-attach -websocket-portforward
 #                   (it runs when FOCUS is empty or contains "Streaming")
+#   CRITEST_USERNS_HANDLER  runtime handler the "Security Context UserNamespaces"
+#                   specs run on (default crun): critest runs them on its
+#                   -runtime-handler only, and Debian's runc 1.1, the default
+#                   handler, has no idmapped mounts (docs/userns.md). They
+#                   run in a pass of their own whose results replace the
+#                   main pass's before the ratchet; empty: no such pass.
 #   SKIP_IMAGES=1   do not rebuild/push the images (registry must hold them)
 #   KEEP=1          leave harness and podunit running afterwards (debugging only;
 #                   stop them with: test/harness/podunit-harness.sh stop DIR)
@@ -45,6 +51,8 @@ HARNESS=$REPO/test/harness/podunit-harness.sh
 : "${CRITEST_ARGS:=}"
 : "${CRITEST_WEBSOCKET:=1}"
 : "${SKIP_IMAGES:=0}"
+: "${CRITEST_USERNS_HANDLER=crun}"
+USERNS_SPECS="Security Context UserNamespaces"
 : "${KEEP:=0}"
 
 SUBNET=10.214.0.0/16    # must match test/cni/10-podunit-test.conflist
@@ -186,8 +194,10 @@ for _ in $(seq 1 150); do [[ -S $SOCK ]] && break; sleep 0.2; done
 crictl --runtime-endpoint "$ENDPOINT" --image-endpoint "$ENDPOINT" version || die "crictl version failed"
 
 log "skipping by hand, only: '$DIGEST_SPEC' (its digest is hard-coded to the real upstream image, which cannot be served offline)"
+main_skip=$DIGEST_SPEC
+[[ -n $CRITEST_USERNS_HANDLER ]] && main_skip="$DIGEST_SPEC|$USERNS_SPECS"
 args=(-runtime-endpoint "$ENDPOINT" -image-endpoint "$ENDPOINT" -nri-socket "$D/run/nri/nri.sock"
-	-ginkgo.skip="$DIGEST_SPEC" -ginkgo.no-color -ginkgo.timeout=40m
+	-ginkgo.skip="$main_skip" -ginkgo.no-color -ginkgo.timeout=40m
 	-ginkgo.junit-report="$CRITEST_OUT/junit.xml" -ginkgo.json-report="$CRITEST_OUT/report.json")
 [[ -n $FOCUS ]] && args+=(-ginkgo.focus="$FOCUS")
 # shellcheck disable=SC2206
@@ -205,6 +215,29 @@ jq -r '.[0].SpecReports[] | select(.LeafNodeType == "It")
 	| [.State, ((.ContainerHierarchyTexts + [.LeafNodeText]) | join(" ")),
 	   ((.Failure.Message // "") | gsub("[\t\n]"; " "))] | @tsv' \
 	"$CRITEST_OUT/report.json" >"$CRITEST_OUT/specs.tsv"
+
+# The user namespace specs on a handler that has user namespaces: their
+# rows replace the main pass's (where -ginkgo.skip left them out).
+if [[ -n $CRITEST_USERNS_HANDLER ]] && { [[ -z $FOCUS ]] || [[ $FOCUS == *UserNamespaces* ]]; }; then
+	UN=$CRITEST_OUT/userns
+	mkdir -p "$UN"
+	un_args=(-runtime-endpoint "$ENDPOINT" -image-endpoint "$ENDPOINT" -runtime-handler="$CRITEST_USERNS_HANDLER"
+		-ginkgo.focus="$USERNS_SPECS" -ginkgo.no-color -ginkgo.timeout=10m -ginkgo.json-report="$UN/report.json")
+	# shellcheck disable=SC2206
+	[[ -n $CRITEST_ARGS ]] && un_args+=($CRITEST_ARGS)
+	log "user namespace pass: critest ${un_args[*]}  (log: $UN/critest.log)"
+	env -u http_proxy -u HTTP_PROXY -u https_proxy -u HTTPS_PROXY TMPDIR="$BASE/tmp" \
+		critest "${un_args[@]}" >"$UN/critest.log" 2>&1 || true
+	grep -E '^\s*\[FAIL\]' "$UN/critest.log" | sort -u | sed 's/^ */  userns: /' || true
+	[[ -s $UN/report.json ]] || { tail -n 20 "$UN/critest.log" >&2; die "the user namespace pass wrote no report"; }
+	jq -r '.[0].SpecReports[] | select(.LeafNodeType == "It")
+		| [.State, ((.ContainerHierarchyTexts + [.LeafNodeText]) | join(" ")),
+		   ((.Failure.Message // "") | gsub("[\t\n]"; " "))] | @tsv' \
+		"$UN/report.json" | awk -F'\t' -v s="$USERNS_SPECS" 'index($2, s)' >"$UN/specs.tsv"
+	awk -F'\t' 'FILENAME == ARGV[1] { row[$2] = $0; next } ($2 in row) { print row[$2]; next } { print }' \
+		"$UN/specs.tsv" "$CRITEST_OUT/specs.tsv" >"$CRITEST_OUT/specs.tsv.new"
+	mv "$CRITEST_OUT/specs.tsv.new" "$CRITEST_OUT/specs.tsv"
+fi
 
 rrc=0
 bash "$KIT_DIR/ratchet.sh" "$CRITEST_OUT/specs.tsv" "$EXPECTED" "$FOCUS" || rrc=$?

@@ -377,7 +377,7 @@ func (s *Snapshot) Violations() []string {
 			continue
 		}
 		switch parts[0] {
-		case "netns", "utsns", "ipcns", "pidns", "sandboxes":
+		case "netns", "utsns", "ipcns", "pidns", "userns", "sandboxes":
 			if !pod(parts[1]) {
 				bad("mount %s has no pod", m)
 			}
