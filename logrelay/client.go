@@ -72,18 +72,28 @@ var ErrUnknown = errors.New("container not known to the log relay")
 // The relay writes the output to the CRI log file in lo (none when
 // lo.Path is empty) and, unless lo.NoJournal, to the journald streams.
 func Register(socket, id, tapDir, cgroupDir string, lo LogOptions, outPipe, outStream, errPipe, errStream int, timeout time.Duration) error {
+	msg, err := registerMsg("REGISTER", id, tapDir, cgroupDir, lo)
+	if err != nil {
+		return err
+	}
+	return register(socket, msg, unix.UnixRights(outPipe, outStream, errPipe, errStream), timeout)
+}
+
+// registerMsg is the text of REGISTER and REGISTER-TTY: the container's
+// id, then one line each for tap dir, cgroup dir, log path and
+// "<uid> <gid> <journal 1|0>".
+func registerMsg(verb, id, tapDir, cgroupDir string, lo LogOptions) (string, error) {
 	if !ValidID(id) {
-		return fmt.Errorf("log relay: bad container id %q", id)
+		return "", fmt.Errorf("log relay: bad container id %q", id)
 	}
 	if strings.ContainsAny(tapDir+cgroupDir+lo.Path, "\n\x00") {
-		return fmt.Errorf("log relay: bad path %q / %q / %q", tapDir, cgroupDir, lo.Path)
+		return "", fmt.Errorf("log relay: bad path %q / %q / %q", tapDir, cgroupDir, lo.Path)
 	}
 	journal := 1
 	if lo.NoJournal {
 		journal = 0
 	}
-	msg := fmt.Sprintf("REGISTER %s\n%s\n%s\n%s\n%d %d %d", id, tapDir, cgroupDir, lo.Path, lo.UID, lo.GID, journal)
-	return register(socket, msg, unix.UnixRights(outPipe, outStream, errPipe, errStream), timeout)
+	return fmt.Sprintf("%s %s\n%s\n%s\n%s\n%d %d %d", verb, id, tapDir, cgroupDir, lo.Path, lo.UID, lo.GID, journal), nil
 }
 
 // RegisterTerminal hands a tty container's terminal to the relay: master
@@ -92,17 +102,10 @@ func Register(socket, id, tapDir, cgroupDir string, lo LogOptions, outPipe, outS
 // restarts), writes what it reads as stdout, offers it on the TapOut tap
 // in tapDir and gives the master to attach sessions (Client.Terminal).
 func RegisterTerminal(socket, id, tapDir, cgroupDir string, lo LogOptions, master, outStream int, timeout time.Duration) error {
-	if !ValidID(id) {
-		return fmt.Errorf("log relay: bad container id %q", id)
+	msg, err := registerMsg("REGISTER-TTY", id, tapDir, cgroupDir, lo)
+	if err != nil {
+		return err
 	}
-	if strings.ContainsAny(tapDir+cgroupDir+lo.Path, "\n\x00") {
-		return fmt.Errorf("log relay: bad path %q / %q / %q", tapDir, cgroupDir, lo.Path)
-	}
-	journal := 1
-	if lo.NoJournal {
-		journal = 0
-	}
-	msg := fmt.Sprintf("REGISTER-TTY %s\n%s\n%s\n%s\n%d %d %d", id, tapDir, cgroupDir, lo.Path, lo.UID, lo.GID, journal)
 	return register(socket, msg, unix.UnixRights(master, outStream), timeout)
 }
 
