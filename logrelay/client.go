@@ -196,10 +196,25 @@ func (c Client) Flush(ctx context.Context, id string) error {
 // and rotates again). errdefs.ErrNotFound: the relay writes no log file
 // for the container and path is empty.
 func (c Client) Reopen(id, path string) error {
+	err := c.request("REOPEN", id, "log file")
+	if !errors.Is(err, errdefs.ErrNotFound) || path == "" {
+		return err
+	}
+	f, err := openLogFile(path, -1, -1)
+	if err != nil {
+		return fmt.Errorf("log relay: container %s has no output left; new log file: %w", id, err)
+	}
+	return f.Close()
+}
+
+// request sends "<verb> <id>" and maps the relay's answer: OK is nil,
+// UNKNOWN is errdefs.ErrNotFound (the relay holds no <what> of that
+// container).
+func (c Client) request(verb, id, what string) error {
 	if !ValidID(id) {
 		return fmt.Errorf("log relay: bad container id %q", id)
 	}
-	reply, err := call(c.Socket, "REOPEN "+id, nil, 10*time.Second)
+	reply, err := call(c.Socket, verb+" "+id, nil, 10*time.Second)
 	if err != nil {
 		return err
 	}
@@ -207,14 +222,7 @@ func (c Client) Reopen(id, path string) error {
 	case replyOK:
 		return nil
 	case replyUnknown:
-		if path == "" {
-			return fmt.Errorf("log relay: no log file for container %s: %w", id, errdefs.ErrNotFound)
-		}
-		f, err := openLogFile(path, -1, -1)
-		if err != nil {
-			return fmt.Errorf("log relay: container %s has no output left; new log file: %w", id, err)
-		}
-		return f.Close()
+		return fmt.Errorf("log relay: no %s of container %s: %w", what, id, errdefs.ErrNotFound)
 	}
 	return fmt.Errorf("log relay: %s", reply)
 }
@@ -257,20 +265,7 @@ func (c Client) Terminal(id string) (*os.File, error) {
 // containerd, whose shim closes the console when stdin ends.
 // errdefs.ErrNotFound: the relay holds no terminal of that container.
 func (c Client) Hangup(id string) error {
-	if !ValidID(id) {
-		return fmt.Errorf("log relay: bad container id %q", id)
-	}
-	reply, err := call(c.Socket, "HANGUP "+id, nil, 10*time.Second)
-	if err != nil {
-		return err
-	}
-	switch reply {
-	case replyOK:
-		return nil
-	case replyUnknown:
-		return fmt.Errorf("log relay: no terminal of container %s: %w", id, errdefs.ErrNotFound)
-	}
-	return fmt.Errorf("log relay: %s", reply)
+	return c.request("HANGUP", id, "terminal")
 }
 
 // Stats are the relay's CRI log file figures since it started.
