@@ -14,6 +14,8 @@
 #   killstart  SIGKILL podunit while a container unit is being started
 #   killstop   SIGKILL podunit while the kubelet stops a pod (grace period)
 #   dbus       restart dbus-daemon: podunit keeps serving, creating and noticing exits
+#   attach     kubectl attach -it through the kubelet: echo, resize, ^C, detach
+#   userns     a hostUsers: false pod (crun made the default handler by a reload)
 #   teardown   removing manifests tears pods down: no units, mounts, pins left
 #   (scenarios after plumbing need the pods of logs/web/liveness/crash; pass
 #   the ones you want, e.g. `e2e.sh plumbing logs exec`)
@@ -32,6 +34,9 @@ REPO=$(cd "$HERE/../.." && pwd)
 source "$REPO/test/critest/lib.sh"
 source "$HERE/lib.sh"
 hx() { bash "$HARNESS" exec "$D" "$@"; }
+# the harness's podunit.service is a transient unit without ExecReload=: the
+# same command ExecReload= runs (contrib/systemd/podunit.service)
+reload_podunit() { hx "$PODUNIT_BINARY" reload --config /etc/podunit/podunit.toml; }
 
 : "${PODUNIT_BINARY:=$REPO/bin/podunit}"
 : "${E2E_OUT:=/var/tmp/podunit-kubelet-e2e}"
@@ -60,6 +65,8 @@ SOCK=$D/run/podunit/podunit.sock
 MANIFESTS=$BASE/manifests
 PODLOGS=$BASE/pods
 PODUNIT_LIB=$BASE/lib
+PODUNIT_ETC=$BASE/etc
+ATTACH_TOOL=$BASE/kubelet-attach
 mkdir -p "$BASE/lib" "$PODLOGS" "$BASE/etc" "$BASE/kubelet" "$MANIFESTS"
 cat /proc/sys/net/ipv4/ip_forward >"$BASE/ip_forward.orig"
 registry_was_up=0
@@ -96,6 +103,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ------------------------------------------------------------------ setup ---
+(cd "$REPO" && go build -o "$ATTACH_TOOL" ./test/kubelet/attach) || die "cannot build test/kubelet/attach"
 ensure_test_registry "$E2E_OUT/images.log"
 
 # pods get no default route; this keeps anything else from leaving the subnet
@@ -112,10 +120,24 @@ hx mknod -m 0600 /dev/kmsg c 1 11
 # kernel.panic_on_oops differ from what it wants and it cannot set them.
 # /proc/sys is read-only in the harness and these are host-wide, so the
 # harness's view of them is replaced instead (the host stays untouched).
+KUBELET_SYSCTLS="vm/overcommit_memory=1 kernel/panic=10 kernel/panic_on_oops=1"
 hx sh -c 'set -e; d=/run/kubelet-e2e-sysctl; mkdir -p $d
-	for kv in vm/overcommit_memory=1 kernel/panic=10 kernel/panic_on_oops=1; do
+	for kv in '"$KUBELET_SYSCTLS"'; do
 		k=${kv%=*}; f=$d/$(echo $k | tr / .); echo ${kv#*=} >$f; mount -n --bind $f /proc/sys/$k
 	done'
+# proc_overmounts off|on: the kernel refuses a new proc mount in a user
+# namespace while files of the mount namespace's /proc are covered
+# (mount_too_revealing), so no hostUsers: false container can start beside
+# the binds above. The kubelet reads these sysctls only when it starts: the
+# userns scenario lifts them meanwhile.
+proc_overmounts() {
+	local kv
+	for kv in $KUBELET_SYSCTLS; do
+		if [[ $1 == off ]]; then hx umount -n "/proc/sys/${kv%=*}"; else
+			hx mount -n --bind "/run/kubelet-e2e-sysctl/$(tr / . <<<"${kv%=*}")" "/proc/sys/${kv%=*}"
+		fi
+	done
+}
 
 cat >"$BASE/etc/podunit.toml" <<EOF
 # written by test/kubelet/e2e.sh

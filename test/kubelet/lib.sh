@@ -8,10 +8,13 @@ PASSED=0 FAILED=0 FAILED_NAMES="" SCENARIO_SINCE=$(date +%s)
 # set by a scenario when nothing after it can work (no container ever runs)
 ABORT=""
 KUBELET_PODS=http://127.0.0.1:11255/pods
+# the userns scenario's drop-in, relative to PODUNIT_ETC (the cleanup of a
+# failed run removes it too)
+USERNS_DROPIN=podunit.toml.d/70-kubelet-e2e-userns.toml
 
 # the pods' manifests (node-e2e.sh adapts copies of them)
 : "${TEMPLATES:=$HERE/manifests}"
-ALL_SCENARIOS=(plumbing logs exec liveness readiness crashloop kill killcreate killstart killstop dbus teardown)
+ALL_SCENARIOS=(plumbing logs exec liveness readiness crashloop kill killcreate killstart killstop dbus attach userns teardown)
 
 cri() { crictl --timeout 30s --runtime-endpoint "unix://$SOCK" --image-endpoint "unix://$SOCK" "$@" 2>/dev/null; }
 journal() { journalctl -D "$D/run/log/journal" --no-pager -o short-precise -u "$@" 2>/dev/null; }

@@ -44,6 +44,12 @@ SOCK=/run/podunit/podunit.sock
 MANIFESTS=/etc/kubernetes/manifests
 PODLOGS=/var/log/pods
 PODUNIT_LIB=/var/lib/podunit
+PODUNIT_ETC=/etc/podunit
+# test/vm/run.sh pushes it beside the kubelet
+: "${ATTACH_TOOL:=$HERE/../../../kubelet-attach}"
+reload_podunit() { systemctl reload podunit.service; }
+# the node's /proc/sys is writable: nothing covers its files (e2e.sh)
+proc_overmounts() { :; }
 DROPIN=/etc/podunit/podunit.toml.d/60-kubelet-e2e.toml
 hx() { "$@"; }
 # the pods' network is the one podunit's CNI config on the node gives them
@@ -78,8 +84,8 @@ cleanup() {
 	# whatever the kubelet left (a failed run): gone before the next test
 	local p
 	for p in $(cri pods -q); do cri stopp "$p" >/dev/null || true; cri rmp -f "$p" >/dev/null || true; done
-	if [[ -e $DROPIN ]]; then
-		rm -f "$DROPIN"
+	if [[ -e $DROPIN || -e $PODUNIT_ETC/$USERNS_DROPIN ]]; then
+		rm -f "$DROPIN" "$PODUNIT_ETC/$USERNS_DROPIN"
 		restart_podunit || rc=1
 	fi
 	exit "$rc"

@@ -357,6 +357,92 @@ scenario_dbus() {
 	check dbus-consistent "orphan units or pins after the bus restarts" consistent
 }
 
+# default_handler_userns: what RuntimeStatus says of user namespaces for the
+# handler of pods without a RuntimeClass (the kubelet's own check)
+default_handler_userns() {
+	crictl --runtime-endpoint "unix://$SOCK" info 2>/dev/null |
+		jq -r '[.. | objects | (.runtimeHandlers? // .runtime_handlers?) | arrays | .[]
+			| select((.name // "") == "")] | .[0].features // {} | .userNamespaces // .user_namespaces // false'
+}
+
+# userns: a hostUsers: false pod under the real kubelet. The default handler,
+# Debian's runc 1.1.5, has no user namespaces (docs/userns.md) and a
+# standalone kubelet has no RuntimeClass, so this takes an operator's way:
+# a drop-in makes crun the default handler and a reload applies it without a
+# restart; the drop-in goes again at the end, and the pod's container is then
+# stopped through the handler it was created with.
+# attach_kubelet STEP...: kubectl attach -it's kubelet end against the attach
+# pod's shell (test/kubelet/attach)
+attach_kubelet() {
+	"$ATTACH_TOOL" -timeout 20s "https://127.0.0.1:11250/attach/default/attach-$NODE/sh?input=1&output=1&tty=1" "$@"
+}
+
+# attach: `kubectl run -it -- sh` / `kubectl attach -it` through the kubelet:
+# a prompt that echoes, a resize the shell sees, ^C that interrupts, the
+# session's output in the CRI log, and the shell still there for the next
+# attach after a detach
+scenario_attach() {
+	scenario_start
+	ensure_pod attach
+	check attach-running "the attach pod's shell is not running within 120s" \
+		wait_until 120 "attach running" pod_running attach sh || return
+	check attach-it-echo "no echo of typed input through the kubelet's /attach" \
+		attach_kubelet 'send=echo hi-$((6*7))\r' expect=hi-42
+	check attach-it-resize "a terminal resize did not reach the shell (stty size)" \
+		attach_kubelet resize=91x37 sleep=1s 'send=stty size\r' 'expect=37 91'
+	# the shell drops the rest of a command list whose job died of SIGINT
+	check attach-it-interrupt "^C did not interrupt a foreground sleep (exit 130)" \
+		attach_kubelet 'send=sleep 100; echo not-interrupted\r' sleep=2s 'send=\x03' 'send=echo rc=$?\r' expect=rc=130
+	check attach-detach-keeps-container "detaching stopped or restarted the shell" \
+		eval 'pod_running attach sh && [ "$(restart_count attach sh)" = 0 ]'
+	local id lp
+	id=$(running_ctr attach sh)
+	lp=$(cri inspect "$id" | jq -r '.status.logPath // empty')
+	check attach-session-logged "the attached session's output is not in the CRI log as stdout" \
+		grep -qE ' stdout [FP] .*hi-42' "$PODLOGS/${lp#/var/log/pods/}"
+}
+
+scenario_userns() {
+	scenario_start
+	local dropin=$PODUNIT_ETC/$USERNS_DROPIN
+	check userns-runc-default-refuses "the default handler (runc) claims user namespaces" \
+		test "$(default_handler_userns)" = false
+	mkdir -p "${dropin%/*}"
+	printf '# written by the kubelet userns scenario; removed at its end\n[runtime]\ndefault_handler = "crun"\n' >"$dropin"
+	check userns-reload "podunit reload with default_handler = crun failed" reload_podunit
+	check userns-handler-advertised "after the reload the default handler does not advertise user namespaces" \
+		wait_until 10 "userNamespaces" eval '[ "$(default_handler_userns)" = true ]'
+	check userns-proc-visible "cannot uncover the node's /proc" proc_overmounts off
+	add_pod userns
+	if check userns-running "the hostUsers: false pod is not running within 120s (the kubelet checks the handler's features every 5s)" \
+		wait_until 120 "userns running" pod_running userns c; then
+		local id pid lp f map host
+		id=$(running_ctr userns c)
+		lp=$(cri inspect "$id" | jq -r '.status.logPath // empty')
+		f=$PODLOGS/${lp#/var/log/pods/}
+		wait_until 10 "userns output" grep -q rootfs-writable "$f" || true
+		# "0 HOST 65536": the kubelet's range for the pod, never the host's IDs
+		map=$(sed -nE 's/^.* stdout F uid_map +0 +([0-9]+) +([0-9]+) *$/\1 \2/p' "$f")
+		host=${map% *}
+		check userns-uid-map "uid_map in the container is '$map', not one 64Ki range off the host's IDs" \
+			eval '[[ $map =~ ^[0-9]+\ 65536$ ]] && ((host >= 65536))'
+		check userns-root-inside "the container is not root in its namespace or its rootfs is not root-owned there" \
+			eval "grep -q ' stdout F id 0:0\$' '$f' && grep -q ' stdout F rootfs-owner 0:0\$' '$f'"
+		check userns-rootfs-writable "the container cannot write its own (idmapped) rootfs" grep -q ' stdout F rootfs-writable$' "$f"
+		pid=$(cri inspect "$id" | jq -r '.info.pid // empty')
+		check userns-host-uid "the container's process is not uid $host on the host" \
+			eval "hx cat /proc/$pid/status | grep -qE '^Uid:\s+$host\s'"
+	fi
+	remove_pod userns
+	check userns-stopped "the hostUsers: false pod's container still runs 60s after its manifest went" \
+		wait_until 60 "userns stopped" eval '[ -z "$(running_ctr userns c)" ]'
+	check userns-proc-restored "cannot restore the node's /proc" proc_overmounts on
+	rm -f "$dropin"
+	check userns-revert "podunit reload without the drop-in failed" reload_podunit
+	check userns-default-back "runc is not the default handler again after the revert" \
+		wait_until 10 "userNamespaces false" eval '[ "$(default_handler_userns)" = false ]'
+}
+
 scenario_teardown() {
 	scenario_start
 	local pods ids

@@ -100,6 +100,7 @@ if [[ $VM_KUBELET == 1 ]]; then
 	KUBELET=${KUBELET:-$(bash "$REPO/test/kubelet/build-kubelet.sh")}
 	mkdir -p "$stage/tree/test/critest"
 	cp "$KUBELET" "$stage/kubelet"
+	(cd "$REPO" && CGO_ENABLED=0 go build -o "$stage/kubelet-attach" ./test/kubelet/attach)
 	cp -r "$REPO/test/kubelet" "$stage/tree/test/"
 	cp "$REPO/test/critest/lib.sh" "$stage/tree/test/critest/"
 fi

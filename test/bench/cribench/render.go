@@ -155,8 +155,8 @@ func (r *run) targets() []goal {
 	for _, rt := range refs {
 		c = append(c, lines(rt))
 	}
-	out = append(out, r.judge("log throughput, lines/s (median)", "ratio ≥ 1.0", lines("podunit"), c, "lines/s", false,
-		func(x float64) bool { return x >= 1.0 }, "logs"))
+	out = append(out, r.judge("log throughput, lines/s (median), journald on", "ratio ≥ 1.2", lines("podunit"), c, "lines/s", false,
+		func(x float64) bool { return x >= 1.2 }, "logs"))
 	c = nil
 	for _, rt := range refs {
 		c = append(c, median(r.pull[rt]))
@@ -357,12 +357,16 @@ func (r *run) renderLogs(w writer) {
 	w("\n## Log throughput (test/bench/logs.sh)\n\n")
 	w("A container prints 1 000 000 numbered lines of 100 bytes as fast as it can (host-network pod); the clock runs " +
 		"until the CRI log file holds all of them, checked in order with none lost or repeated. Median over rounds.\n\n")
-	w("| runtime | runs | lines/s | MB/s | journald CPU s | host CPU s |\n|---|---|---|---|---|---|\n")
+	w("The runtime's CPU is every process of the harness but the container's own (`seq`, `sed`, `cat`, `sh`): " +
+		"the runtime, its log path and journald. With a million lines per run it is also CPU seconds per million lines.\n\n")
+	w("| runtime | runs | lines/s | MB/s | journald CPU s | host CPU s | runtime CPU s per 10⁶ lines |\n|---|---|---|---|---|---|---|\n")
 	meds := map[string]float64{}
-	for _, rt := range runtimes {
+	for _, rt := range logSeries {
 		l := r.logs[rt]
 		if len(l) == 0 {
-			w("| %s | %s | | | | |\n", r.label(rt), r.missing("logs", rt))
+			if rt != noJournal || r.failures["logs/"+rt] != "" {
+				w("| %s | %s | | | | | |\n", r.label(rt), r.missing("logs", rt))
+			}
 			continue
 		}
 		var lps, mbs, jc, hc []float64
@@ -370,23 +374,30 @@ func (r *run) renderLogs(w writer) {
 			lps, mbs, jc, hc = append(lps, x.linesPerSec), append(mbs, x.mbPerSec), append(jc, x.journaldCPU), append(hc, x.hostCPU)
 		}
 		meds[rt] = median(lps)
-		w("| %s | %d | %.0f | %.2f | %.2f | %.2f |\n", r.label(rt), len(l), median(lps), median(mbs), median(jc), median(hc))
+		w("| %s | %d | %.0f | %.2f | %.2f | %.2f | %s |\n", r.label(rt), len(l), median(lps), median(mbs), median(jc), median(hc),
+			r.runtimeLogCPU(rt))
 	}
 	var c []float64
 	for _, rt := range refs {
 		c = append(c, meds[rt])
 	}
 	if ratio := r.ratioBest(meds["podunit"], c, false); ratio != "–" {
-		w("\nRatio (lines/s, to the faster containerd): %s.\n", ratio)
+		w("\nRatio (lines/s, to the faster containerd): %s with journald on", ratio)
+		if meds[noJournal] > 0 {
+			w(", %s with it off", r.ratioBest(meds[noJournal], c, false))
+		}
+		w(".\n")
 	}
 	w("\nCPU seconds per log run (mean over runs) by process name in the harness, sampled every 100 ms " +
 		"while logs.sh ran (`cribench cpuwatch`; includes the container's own `seq`/`sed`/`cat`; `containerd` is both " +
 		"containerd daemons, the one not under test idle):\n\n")
 	w("| runtime | CPU by process |\n|---|---|\n")
-	for _, rt := range runtimes {
+	for _, rt := range logSeries {
 		m, n := r.logCPU[rt], len(r.logs[rt])
 		if len(m) == 0 || n == 0 {
-			w("| %s | not measured |\n", r.label(rt))
+			if rt != noJournal {
+				w("| %s | not measured |\n", r.label(rt))
+			}
 			continue
 		}
 		names := sortedKeys(m)
@@ -462,4 +473,24 @@ func (r *run) renderProfile(w writer) {
 func head(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(lines[:min(len(lines), n)], "\n")
+}
+
+// containerProcs are the log container's own processes (logs.sh's writer);
+// everything else cpuwatch saw worked for the runtime's log path.
+var containerProcs = map[string]bool{"seq": true, "sed": true, "cat": true, "sh": true}
+
+// runtimeLogCPU is the mean CPU seconds per log run of every process but
+// the container's own, or "–" when cpuwatch recorded nothing.
+func (r *run) runtimeLogCPU(rt string) string {
+	m, n := r.logCPU[rt], len(r.logs[rt])
+	if len(m) == 0 || n == 0 {
+		return "–"
+	}
+	var sum float64
+	for name, s := range m {
+		if !containerProcs[name] {
+			sum += s
+		}
+	}
+	return fmt.Sprintf("%.2f", sum/float64(n))
 }

@@ -36,6 +36,9 @@ type logRun struct{ linesPerSec, mbPerSec, journaldCPU, hostCPU float64 }
 var (
 	runtimes = []string{"podunit", "containerd", "containerd2"}
 	refs     = runtimes[1:]
+	// logSeries adds podunit with journald off ([logs] journald = false)
+	// to the log figure: the CRI file alone, as containerd writes it.
+	logSeries = []string{"podunit", noJournal, "containerd", "containerd2"}
 )
 
 // better picks the reference figure podunit is compared with: of vals (one
@@ -56,7 +59,12 @@ func better(vals []float64, lowerWins bool) (float64, int) {
 }
 
 // label names a runtime with the version this run measured.
+const noJournal = "podunit-nojournal"
+
 func (r *run) label(rt string) string {
+	if rt == noJournal {
+		return "podunit, journald off"
+	}
 	if v := r.machine[rt]; v != "" && rt != "podunit" {
 		return "containerd " + v
 	}
@@ -165,7 +173,9 @@ func loadRun(dir string) (*run, error) {
 				}
 			})
 		}
-		logs, _ = filepath.Glob(filepath.Join(dir, "logs-"+rt+"-*.log"))
+	}
+	for _, rt := range logSeries {
+		logs, _ := filepath.Glob(filepath.Join(dir, "logs-"+rt+"-*.log"))
 		for _, f := range logs {
 			_ = eachLine(f, func(l string) {
 				// "NAME run R  X s  L lines/s  M MB/s  host CPU C s  journald CPU J s"
