@@ -14,7 +14,10 @@ USERNS_DROPIN=podunit.toml.d/70-kubelet-e2e-userns.toml
 
 # the pods' manifests (node-e2e.sh adapts copies of them)
 : "${TEMPLATES:=$HERE/manifests}"
-ALL_SCENARIOS=(plumbing logs exec liveness readiness crashloop kill killcreate killstart killstop dbus attach userns teardown)
+ALL_SCENARIOS=(plumbing logs exec liveness readiness crashloop kill killcreate killstart killstop dbus attach teardown)
+# userns runs only when named: in the harness the kernel refuses crun's proc
+# mount in the pod's user namespace (mount_too_revealing: the harness's /proc
+# has overmounts); on a real node: VM_KUBELET_SCENARIOS='plumbing userns teardown'
 
 cri() { crictl --timeout 30s --runtime-endpoint "unix://$SOCK" --image-endpoint "unix://$SOCK" "$@" 2>/dev/null; }
 journal() { journalctl -D "$D/run/log/journal" --no-pager -o short-precise -u "$@" 2>/dev/null; }
