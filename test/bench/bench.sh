@@ -334,7 +334,9 @@ sleep 5
 	$(for rt in "${RUNTIMES[@]}"; do printf -- '-daemon %s=%s ' "$rt" "$(daemon_of "$rt")"; done)
 
 
-# podunit_journald true|false: restart podunit with [logs] journald set so
+# podunit_journald true|false: restart podunit with [logs] journald so
+# ([logs] journald applies to containers started after podunit read it;
+# running containers stay across the restart)
 podunit_journald() {
 	local dropin=$BASE/etc/podunit.toml.d/50-bench-journald.toml
 	mkdir -p "${dropin%/*}"
@@ -345,6 +347,12 @@ podunit_journald() {
 		sleep 0.2
 	done
 	die "podunit did not come back after a restart with journald=$1"
+}
+
+# logs_run LABEL ENDPOINT LOGFILE: one log throughput run under cpuwatch
+logs_run() {
+	"$CRIBENCH" cpuwatch -harness "$HNAME" -label "$1" -- \
+		bash "$BENCH_DIR/logs.sh" -n 1000000 -r 1 -d "$LOGROOT" "$1=$2" >"$3" 2>&1 || fail logs "$1" "$3"
 }
 
 run_figure() { # FIGURE RUNTIME ROUND
@@ -381,18 +389,13 @@ run_figure() { # FIGURE RUNTIME ROUND
 		done
 		[[ ! -d $out/data ]] || bash "$REPO/test/critest/bench-summary.sh" "$out/data" >"$out/summary.txt" 2>&1 || true ;;
 	logs)
-		"$CRIBENCH" cpuwatch -harness "$HNAME" -label "$rt" -- \
-			bash "$BENCH_DIR/logs.sh" -n 1000000 -r 1 -d "$LOGROOT" "$rt=$ep" >"$lg" 2>&1 || fail logs "$rt" "$lg"
+		logs_run "$rt" "$ep" "$lg"
 		# podunit once more with the CRI file as its only sink, as containerd
-		# writes it: [logs] journald = false applies to containers started
-		# after podunit read it (a restart; running containers stay)
+		# writes it
 		if [[ $rt == podunit ]]; then
-			local nj=podunit-nojournal
-			lg=$BENCH_OUT/$fig-$nj-$round.log
-			log "round $round: $fig on $nj"
+			log "round $round: $fig on podunit-nojournal"
 			podunit_journald false
-			"$CRIBENCH" cpuwatch -harness "$HNAME" -label "$nj" -- \
-				bash "$BENCH_DIR/logs.sh" -n 1000000 -r 1 -d "$LOGROOT" "$nj=$ep" >"$lg" 2>&1 || fail logs "$nj" "$lg"
+			logs_run podunit-nojournal "$ep" "$BENCH_OUT/$fig-podunit-nojournal-$round.log"
 			podunit_journald true
 		fi ;;
 	density)

@@ -120,24 +120,10 @@ hx mknod -m 0600 /dev/kmsg c 1 11
 # kernel.panic_on_oops differ from what it wants and it cannot set them.
 # /proc/sys is read-only in the harness and these are host-wide, so the
 # harness's view of them is replaced instead (the host stays untouched).
-KUBELET_SYSCTLS="vm/overcommit_memory=1 kernel/panic=10 kernel/panic_on_oops=1"
 hx sh -c 'set -e; d=/run/kubelet-e2e-sysctl; mkdir -p $d
-	for kv in '"$KUBELET_SYSCTLS"'; do
+	for kv in vm/overcommit_memory=1 kernel/panic=10 kernel/panic_on_oops=1; do
 		k=${kv%=*}; f=$d/$(echo $k | tr / .); echo ${kv#*=} >$f; mount -n --bind $f /proc/sys/$k
 	done'
-# proc_overmounts off|on: the kernel refuses a new proc mount in a user
-# namespace while files of the mount namespace's /proc are covered
-# (mount_too_revealing), so no hostUsers: false container can start beside
-# the binds above. The kubelet reads these sysctls only when it starts: the
-# userns scenario lifts them meanwhile.
-proc_overmounts() {
-	local kv
-	for kv in $KUBELET_SYSCTLS; do
-		if [[ $1 == off ]]; then hx umount -n "/proc/sys/${kv%=*}"; else
-			hx mount -n --bind "/run/kubelet-e2e-sysctl/$(tr / . <<<"${kv%=*}")" "/proc/sys/${kv%=*}"
-		fi
-	done
-}
 
 cat >"$BASE/etc/podunit.toml" <<EOF
 # written by test/kubelet/e2e.sh

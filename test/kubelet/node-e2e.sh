@@ -48,8 +48,6 @@ PODUNIT_ETC=/etc/podunit
 # test/vm/run.sh pushes it beside the kubelet
 : "${ATTACH_TOOL:=$HERE/../../../kubelet-attach}"
 reload_podunit() { systemctl reload podunit.service; }
-# the node's /proc/sys is writable: nothing covers its files (e2e.sh)
-proc_overmounts() { :; }
 DROPIN=/etc/podunit/podunit.toml.d/60-kubelet-e2e.toml
 hx() { "$@"; }
 # the pods' network is the one podunit's CNI config on the node gives them

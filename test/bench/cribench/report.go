@@ -58,9 +58,10 @@ func better(vals []float64, lowerWins bool) (float64, int) {
 	return best, at
 }
 
-// label names a runtime with the version this run measured.
+// noJournal is the log series of podunit with [logs] journald = false.
 const noJournal = "podunit-nojournal"
 
+// label names a runtime with the version this run measured.
 func (r *run) label(rt string) string {
 	if rt == noJournal {
 		return "podunit, journald off"

@@ -174,3 +174,43 @@ func TestReportOlderRun(t *testing.T) {
 		}
 	}
 }
+
+// The journald-off series is read from its own log files (not counted as
+// podunit's), gets its own row and ratio, and its runtime CPU leaves out the
+// container's own processes.
+func TestReportLogsJournaldOff(t *testing.T) {
+	dir := t.TempDir()
+	must := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(name string, lps float64) string {
+		return fmt.Sprintf("%s run 1  1.00 s  %.0f lines/s  100.00 MB/s  host CPU 1.50 s  journald CPU 0.50 s\n", name, lps)
+	}
+	must("machine.env", "date=2026-01-01T00:00:00Z\ncontainerd=1.6.20~ds1\ncontainerd2=2.4.2\n")
+	must("logs-podunit-1.log", run("podunit", 2000)+"cpu podunit systemd-journal 0.60\ncpu podunit sed 0.80\ncpu podunit podunit-logrela 0.30\n")
+	must("logs-podunit-nojournal-1.log", run("podunit-nojournal", 3000)+"cpu podunit-nojournal podunit-logrela 0.25\ncpu podunit-nojournal seq 0.30\n")
+	must("logs-containerd-1.log", run("containerd", 500)+"cpu containerd containerd 3.00\n")
+	must("logs-containerd2-1.log", run("containerd2", 1000)+"cpu containerd2 containerd 2.00\ncpu containerd2 cat 0.10\n")
+	r, err := loadRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(r.logs["podunit"]); n != 1 {
+		t.Fatalf("podunit has %d log runs, want 1 (the journald-off file must not count)", n)
+	}
+	var b strings.Builder
+	r.renderLogs(func(f string, a ...any) { fmt.Fprintf(&b, f, a...) })
+	doc := b.String()
+	for _, want := range []string{
+		"| podunit | 1 | 2000 | 100.00 | 0.50 | 1.50 | 0.90 |",
+		"| podunit, journald off | 1 | 3000 | 100.00 | 0.50 | 1.50 | 0.25 |",
+		"| containerd 2.4.2 | 1 | 1000 | 100.00 | 0.50 | 1.50 | 2.00 |",
+		"Ratio (lines/s, to the faster containerd): 2.00 (2.4) with journald on, 3.00 (2.4) with it off.",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("logs section lacks %q:\n%s", want, doc)
+		}
+	}
+}
