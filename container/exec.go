@@ -100,17 +100,12 @@ func execProcess(ctr *specs.Process, cmd []string, terminal bool) specs.Process 
 
 // running returns a container's record and runtime if it is running now.
 func (m *Manager) running(ctx context.Context, id string) (*record, oci.Runtime, error) {
-	c, err := m.get(id)
+	c, err := m.lockCurrent(ctx, id, m.refreshStatusLocked)
 	if err != nil {
 		return nil, nil, err
 	}
-	c.mu.Lock()
-	m.refreshStatusLocked(ctx, c)
 	r := c.rec
 	c.mu.Unlock()
-	if r == nil {
-		return nil, nil, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
-	}
 	if r.State != StateRunning {
 		return nil, nil, fmt.Errorf("container %s is %s, not running: %w", id, r.State, errdefs.ErrPrecondition)
 	}
