@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/podunit/podunit/console"
 	"github.com/podunit/podunit/config"
+	"github.com/podunit/podunit/console"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/exitrec"
 	"github.com/podunit/podunit/oci"

@@ -7,11 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/podunit/podunit/oci"
 )
@@ -144,15 +142,4 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-func waitFor(t *testing.T, s *syncBuffer, want string) {
-	t.Helper()
-	for i := 0; i < 100; i++ {
-		if strings.Contains(s.String(), want) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("output %q never contained %q", s.String(), want)
 }
