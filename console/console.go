@@ -1,8 +1,9 @@
 // Package console is podunit's one pseudo-terminal stack: the console
 // socket on which runc and crun hand over a terminal's master
-// (`--console-socket`), passing a master between processes, and the
-// master's size. Terminal execs (package streaming) and tty containers
-// (the unit's wrapper, package stdio, and the node's log relay) use it.
+// (`--console-socket`), passing a master (or any descriptors: the log
+// relay's requests too) between processes, and the master's size.
+// Terminal execs (package oci) and tty containers (the unit's wrapper,
+// package stdio, and the node's log relay) use it.
 //
 // The runtime makes the terminal inside the container (it opens the
 // container's /dev/ptmx, makes the slave the process's controlling
