@@ -149,6 +149,11 @@ func (x *execRun) killOnDone(ctx context.Context, cmd *exec.Cmd, exited <-chan s
 		select {
 		case <-exited:
 		case <-ctx.Done():
+			select {
+			case <-exited:
+				return // both ready: it ended by itself
+			default:
+			}
 			killed.Store(true)
 			killByPidFile(x.pidFile, exited)
 			select {
