@@ -1,8 +1,9 @@
 // Package console is podunit's one pseudo-terminal stack: the console
 // socket on which runc and crun hand over a terminal's master
-// (`--console-socket`), passing a master between processes, and the
-// master's size. Terminal execs (package streaming) and tty containers
-// (the unit's wrapper, package stdio, and the node's log relay) use it.
+// (`--console-socket`), passing a master (or any descriptors: the log
+// relay's requests too) between processes, and the master's size.
+// Terminal execs (package oci) and tty containers (the unit's wrapper,
+// package stdio, and the node's log relay) use it.
 //
 // The runtime makes the terminal inside the container (it opens the
 // container's /dev/ptmx, makes the slave the process's controlling
@@ -71,17 +72,34 @@ func Send(c *net.UnixConn, msg string, f *os.File) error {
 // named name; extra descriptors are closed. A message without one is an
 // error.
 func Recv(c *net.UnixConn, name string) (string, *os.File, error) {
-	buf := make([]byte, 4096)
-	oob := make([]byte, unix.CmsgSpace(4*4))
-	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	msg, fds, err := RecvFDs(c, 4)
 	if err != nil {
 		return "", nil, err
 	}
-	var fds []int
+	if len(fds) == 0 {
+		return string(msg), nil, errors.New("no descriptor in the message")
+	}
+	for _, fd := range fds[1:] {
+		unix.Close(fd)
+	}
+	return string(msg), os.NewFile(uintptr(fds[0]), name), nil
+}
+
+// RecvFDs reads one message (at most 4 KiB) from c and the descriptors
+// sent with it (SCM_RIGHTS), close-on-exec (Go's ReadMsgUnix asks for
+// MSG_CMSG_CLOEXEC); the caller owns them. Room is
+// made for max descriptors: the kernel closes any beyond that.
+func RecvFDs(c *net.UnixConn, max int) (msg []byte, fds []int, err error) {
+	buf := make([]byte, 4096)
+	oob := make([]byte, unix.CmsgSpace(max*4))
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, nil, err
+	}
 	if oobn > 0 {
 		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
 		if err != nil {
-			return "", nil, err
+			return nil, nil, fmt.Errorf("control message: %w", err)
 		}
 		for i := range msgs {
 			if got, err := unix.ParseUnixRights(&msgs[i]); err == nil {
@@ -89,15 +107,11 @@ func Recv(c *net.UnixConn, name string) (string, *os.File, error) {
 			}
 		}
 	}
-	if len(fds) == 0 {
-		return string(buf[:n]), nil, errors.New("no descriptor in the message")
-	}
-	for _, fd := range fds[1:] {
-		unix.Close(fd)
-	}
-	unix.CloseOnExec(fds[0])
-	return string(buf[:n]), os.NewFile(uintptr(fds[0]), name), nil
+	return buf[:n], fds, nil
 }
+
+// WinSize is a terminal size in characters.
+type WinSize struct{ Width, Height uint16 }
 
 // SetWinSize sets a terminal's size; on a master the kernel signals
 // SIGWINCH to the foreground process group of the slave.

@@ -87,3 +87,48 @@ func TestRecvWithoutDescriptor(t *testing.T) {
 		t.Fatalf("no descriptor: %v %v", f, err)
 	}
 }
+
+// One receiver serves every descriptor count: the relay's REGISTER sends
+// four, a terminal one.
+func TestRecvFDs(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := net.FileConn(os.NewFile(uintptr(fds[0]), "a"))
+	b, _ := net.FileConn(os.NewFile(uintptr(fds[1]), "b"))
+	defer a.Close()
+	defer b.Close()
+	var sent []int
+	for i := 0; i < 3; i++ {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		defer w.Close()
+		sent = append(sent, int(r.Fd()))
+	}
+	if _, _, err := a.(*net.UnixConn).WriteMsgUnix([]byte("REGISTER x"), unix.UnixRights(sent...), nil); err != nil {
+		t.Fatal(err)
+	}
+	msg, got, err := RecvFDs(b.(*net.UnixConn), 8)
+	if err != nil || string(msg) != "REGISTER x" || len(got) != 3 {
+		t.Fatalf("got %q %v %v", msg, got, err)
+	}
+	for _, fd := range got {
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil || flags&unix.FD_CLOEXEC == 0 {
+			t.Errorf("fd %d: flags %#x %v (want close-on-exec)", fd, flags, err)
+		}
+		unix.Close(fd)
+	}
+	// Recv keeps the first and closes the rest.
+	if _, _, err := a.(*net.UnixConn).WriteMsgUnix([]byte("pty"), unix.UnixRights(sent...), nil); err != nil {
+		t.Fatal(err)
+	}
+	msgS, f, err := Recv(b.(*net.UnixConn), "first")
+	if err != nil || msgS != "pty" || f == nil {
+		t.Fatalf("Recv: %q %v %v", msgS, f, err)
+	}
+	f.Close()
+}

@@ -91,15 +91,13 @@ func (m *Manager) UnitStopped(ctx context.Context, id string, st systemd.UnitSta
 
 // StreamTarget describes a container for exec and attach.
 func (m *Manager) StreamTarget(ctx context.Context, id string) (streaming.Target, error) {
-	c, err := m.get(id)
+	// Attach polls this for the container's exit: no D-Bus call while the
+	// init provably runs.
+	c, err := m.lockCurrent(ctx, id, m.refreshStatusLocked)
 	if err != nil {
 		return streaming.Target{}, err
 	}
-	c.mu.Lock()
 	defer c.mu.Unlock()
-	// Attach polls this for the container's exit: no D-Bus call while the
-	// init provably runs.
-	m.refreshStatusLocked(ctx, c)
 	r := c.rec
 	t := streaming.Target{
 		ID:        r.ID,

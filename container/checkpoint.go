@@ -37,16 +37,11 @@ func (m *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 	if err := validCheckpointLocation(location); err != nil {
 		return err
 	}
-	c, err := m.get(id)
+	c, err := m.lockCurrent(ctx, id, m.refreshNowLocked)
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
 	defer c.mu.Unlock()
-	m.refreshLocked(ctx, c, "")
-	if c.rec == nil {
-		return fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
-	}
 	r := c.rec
 	if r.State != StateRunning {
 		return fmt.Errorf("checkpoint container %s: state is %s, not running: %w", r.ID, r.State, errdefs.ErrPrecondition)

@@ -146,8 +146,10 @@ func UnitHelper(self string) string {
 	return self
 }
 
-// RuntimesFromConfig builds one runtime per configured handler.
-func RuntimesFromConfig(handlers map[string]config.Handler, execDir string) (map[string]oci.Runtime, error) {
+// RuntimesFromConfig builds one runtime per configured handler. Execs keep
+// their scratch files in <runDir>/exec; terminal execs run under self's
+// exec helper.
+func RuntimesFromConfig(handlers map[string]config.Handler, runDir, self string) (map[string]oci.Runtime, error) {
 	names := make([]string, 0, len(handlers))
 	for n := range handlers {
 		names = append(names, n)
@@ -156,10 +158,11 @@ func RuntimesFromConfig(handlers map[string]config.Handler, execDir string) (map
 	out := map[string]oci.Runtime{}
 	for _, name := range names {
 		h := handlers[name]
-		if h.Path == "" || h.Root == "" || execDir == "" {
-			return nil, fmt.Errorf("runtime handler %q: path, root and exec dir are required: %w", name, errdefs.ErrInvalid)
+		if h.Path == "" || h.Root == "" || runDir == "" || self == "" {
+			return nil, fmt.Errorf("runtime handler %q: path, root, run dir and podunit's binary are required: %w", name, errdefs.ErrInvalid)
 		}
-		c := oci.CLIConfig{Name: name, Binary: h.Path, Root: h.Root, ExecDir: execDir}
+		c := oci.CLIConfig{Name: name, Binary: h.Path, Root: h.Root, ExecDir: filepath.Join(runDir, "exec"),
+			ExecHelper: []string{self, oci.ExecHelperName}}
 		switch h.Type {
 		case "runc", "":
 			out[name] = oci.NewRunc(c)

@@ -58,9 +58,9 @@ func (m *Manager) ExecSync(ctx context.Context, id string, cmd []string, timeout
 }
 
 // Exec runs p in a running container and waits for it: ExecSync's and the
-// streaming server's one way in (streaming.Executor). The process is the
-// container's own with p's command (see execProcess); a terminal exec
-// runs detached through the exec helper, which relays the terminal.
+// streaming server's one way in (streaming.Executor), with or without a
+// terminal. The process is the container's own with p's command (see
+// execProcess); the runtime's Exec runs it.
 func (m *Manager) Exec(ctx context.Context, id string, p streaming.ExecProcess) (int, error) {
 	if len(p.Args) == 0 {
 		return -1, fmt.Errorf("exec in container %s: empty command: %w", id, errdefs.ErrInvalid)
@@ -73,22 +73,8 @@ func (m *Manager) Exec(ctx context.Context, id string, p streaming.ExecProcess) 
 	if err != nil || spec.Process == nil {
 		return -1, fmt.Errorf("exec in container %s: bundle: %v: %w", id, err, errdefs.ErrNotFound)
 	}
-	proc := execProcess(spec.Process, p.Args)
-	if !p.TTY {
-		code, err := rt.Exec(ctx, r.ID, oci.ExecProcess{Process: proc, Stdin: p.Stdin, Stdout: p.Stdout, Stderr: p.Stderr})
-		if err != nil {
-			return code, fmt.Errorf("exec in container %s: %w", id, err)
-		}
-		return code, nil
-	}
-	helper := []string{m.opts.Self, streaming.ExecHelperName}
-	code, err := streaming.RunTerminal(ctx, helper, p, func(size *streaming.WinSize) (*oci.TerminalExec, error) {
-		proc.Terminal = true
-		if size != nil {
-			proc.ConsoleSize = &specs.Box{Height: uint(size.Height), Width: uint(size.Width)}
-		}
-		return rt.TerminalExec(r.ID, proc)
-	})
+	proc := execProcess(spec.Process, p.Args, p.TTY)
+	code, err := rt.Exec(ctx, r.ID, oci.ExecProcess{Process: proc, Stdin: p.Stdin, Stdout: p.Stdout, Stderr: p.Stderr, Resize: p.Resize})
 	if err != nil {
 		return code, fmt.Errorf("exec in container %s: %w", id, err)
 	}
@@ -98,11 +84,12 @@ func (m *Manager) Exec(ctx context.Context, id string, p streaming.ExecProcess) 
 // execProcess derives an exec'd process from the container's: it gets the
 // container's identity, environment, working directory, capabilities,
 // confinement and OOM score (not podunit's, which it would otherwise
-// inherit): only the command differs.
-func execProcess(ctr *specs.Process, cmd []string) specs.Process {
+// inherit): only the command and whether it gets a terminal (its own,
+// whatever the container's) differ.
+func execProcess(ctr *specs.Process, cmd []string, terminal bool) specs.Process {
 	p := *ctr
 	p.Args = slices.Clone(cmd)
-	p.Terminal = false
+	p.Terminal = terminal
 	p.ConsoleSize = nil
 	// The runtime refuses a relative or empty cwd.
 	if p.Cwd == "" {
@@ -113,17 +100,12 @@ func execProcess(ctr *specs.Process, cmd []string) specs.Process {
 
 // running returns a container's record and runtime if it is running now.
 func (m *Manager) running(ctx context.Context, id string) (*record, oci.Runtime, error) {
-	c, err := m.get(id)
+	c, err := m.lockCurrent(ctx, id, m.refreshStatusLocked)
 	if err != nil {
 		return nil, nil, err
 	}
-	c.mu.Lock()
-	m.refreshStatusLocked(ctx, c)
 	r := c.rec
 	c.mu.Unlock()
-	if r == nil {
-		return nil, nil, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
-	}
 	if r.State != StateRunning {
 		return nil, nil, fmt.Errorf("container %s is %s, not running: %w", id, r.State, errdefs.ErrPrecondition)
 	}

@@ -164,9 +164,6 @@ func (r *fakeRuntime) StartArgv(id, logFile string) []string {
 func (r *fakeRuntime) DeleteArgv(id string) []string {
 	return []string{"/usr/sbin/runc", "delete", "--force", id}
 }
-func (r *fakeRuntime) TerminalExec(id string, p specs.Process) (*oci.TerminalExec, error) {
-	return nil, errdefs.ErrUnimplemented
-}
 func (r *fakeRuntime) Exec(ctx context.Context, id string, p oci.ExecProcess) (int, error) {
 	return r.exec(ctx, p)
 }

@@ -386,6 +386,28 @@ func (m *Manager) refreshLocked(ctx context.Context, c *ctr, active string) {
 	m.settleLocked(ctx, c, state, nil)
 }
 
+// lockCurrent looks container id up, locks it and brings its record up to
+// date with refresh (refreshNowLocked, refreshStatusLocked, or a verbose
+// read): what every read of or action on a container's current state
+// starts with. A record removed while we waited for the lock is
+// NotFound. On success the caller holds c.mu and unlocks it.
+func (m *Manager) lockCurrent(ctx context.Context, id string, refresh func(context.Context, *ctr)) (*ctr, error) {
+	c, err := m.get(id)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	refresh(ctx, c)
+	if c.rec == nil {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
+	}
+	return c, nil
+}
+
+// refreshNowLocked is refreshLocked asking systemd for the unit's state.
+func (m *Manager) refreshNowLocked(ctx context.Context, c *ctr) { m.refreshLocked(ctx, c, "") }
+
 // unitGoneState stands for "systemd has no such unit" where an
 // ActiveState is expected.
 const unitGoneState = "gone"

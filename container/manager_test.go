@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/podunit/podunit/config"
+	"github.com/podunit/podunit/console"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/exitrec"
 	"github.com/podunit/podunit/oci"
+	"github.com/podunit/podunit/streaming"
 	"github.com/podunit/podunit/systemd"
 	"github.com/podunit/podunit/systemd/systemdtest"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -438,6 +440,19 @@ func TestExecSync(t *testing.T) {
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("timeout took %v", d)
 	}
+
+	// A streamed exec with a terminal reaches the runtime's one Exec as
+	// the container's process on a terminal, with the client's resizes.
+	resize := make(chan console.WinSize)
+	e.rt.exec = func(ctx context.Context, p oci.ExecProcess) (int, error) {
+		if !p.Process.Terminal || p.Process.Args[0] != "sh" || p.Resize != (<-chan console.WinSize)(resize) {
+			t.Errorf("terminal exec: %+v", p)
+		}
+		return 0, nil
+	}
+	if code, err := e.m.Exec(ctx, id, streaming.ExecProcess{Args: []string{"sh"}, TTY: true, Resize: resize}); err != nil || code != 0 {
+		t.Errorf("terminal exec: %d %v", code, err)
+	}
 }
 
 func TestListFilters(t *testing.T) {
@@ -543,7 +558,7 @@ func TestRuntimesFromConfig(t *testing.T) {
 	rts, err := RuntimesFromConfig(map[string]config.Handler{
 		"runc": {Type: "runc", Path: "/usr/sbin/runc", Root: "/run/x/runc"},
 		"fast": {Type: "crun", Path: "/usr/bin/crun", Root: "/run/x/crun"},
-	}, "/run/x/exec")
+	}, "/run/x", "/usr/bin/podunit")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -557,7 +572,7 @@ func TestRuntimesFromConfig(t *testing.T) {
 	if del := strings.Join(rts["runc"].DeleteArgv("id"), " "); del != "/usr/sbin/runc --root /run/x/runc delete --force id" {
 		t.Errorf("runc delete argv %q", del)
 	}
-	if _, err := RuntimesFromConfig(map[string]config.Handler{"x": {Type: "kata"}}, ""); !errors.Is(err, errdefs.ErrInvalid) {
+	if _, err := RuntimesFromConfig(map[string]config.Handler{"x": {Type: "kata", Path: "/k", Root: "/r"}}, "/run/x", "/usr/bin/podunit"); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("unknown type: %v", err)
 	}
 }

@@ -31,16 +31,11 @@ func (m *Manager) updateResources(ctx context.Context, id string, res *runtimeap
 	if res == nil {
 		return nil
 	}
-	c, err := m.get(id)
+	c, err := m.lockCurrent(ctx, id, m.refreshNowLocked)
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
 	defer c.mu.Unlock()
-	m.refreshLocked(ctx, c, "")
-	if c.rec == nil {
-		return fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
-	}
 	rt, err := m.runtime(c.rec.Handler)
 	if err != nil {
 		return err

@@ -85,22 +85,17 @@ func (r *record) criContainer() *runtimeapi.Container {
 // systemd (fastpath.go); the verbose form asks systemd once, for all of
 // the unit's properties, and resolves the state from the same answer.
 func (m *Manager) Status(ctx context.Context, id string, verbose bool) (*runtimeapi.ContainerStatus, map[string]string, error) {
-	c, err := m.get(id)
+	var unit map[string]any
+	refresh := m.refreshStatusLocked
+	if verbose {
+		refresh = func(ctx context.Context, c *ctr) { unit = m.refreshVerboseLocked(ctx, c) }
+	}
+	c, err := m.lockCurrent(ctx, id, refresh)
 	if err != nil {
 		return nil, nil, err
 	}
-	var unit map[string]any
-	c.mu.Lock()
-	if verbose {
-		unit = m.refreshVerboseLocked(ctx, c)
-	} else {
-		m.refreshStatusLocked(ctx, c)
-	}
 	r := c.rec
 	c.mu.Unlock()
-	if r == nil {
-		return nil, nil, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
-	}
 	st := r.criStatus()
 	if rt, err := m.runtime(r.Handler); err == nil && r.Resources != nil {
 		st.Resources = &runtimeapi.ContainerResources{Linux: m.inForce(rt, r.Resources)}

@@ -59,10 +59,7 @@ func (ctrTestRuntime) CreateArgv(id, b, p, l, c string) []string   { return []st
 func (ctrTestRuntime) StartArgv(id, l string) []string             { return []string{"/bin/true"} }
 func (ctrTestRuntime) DeleteArgv(id string) []string               { return nil }
 func (ctrTestRuntime) Delete(ctx context.Context, id string) error { return nil }
-func (ctrTestRuntime) TerminalExec(id string, p specs.Process) (*oci.TerminalExec, error) {
-	return nil, errdefs.ErrUnimplemented
-}
-func (ctrTestRuntime) OwnCgroup() bool { return true }
+func (ctrTestRuntime) OwnCgroup() bool                             { return true }
 func (ctrTestRuntime) CheckpointArgv(id string, ck oci.Checkpoint) []string {
 	return []string{"/bin/true"}
 }

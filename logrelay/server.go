@@ -695,20 +695,9 @@ func (s *Server) Serve(ctx context.Context, l *net.UnixListener) error {
 func (s *Server) handle(ctx context.Context, c *net.UnixConn) {
 	defer c.Close()
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	buf, oob := make([]byte, 4096), make([]byte, unix.CmsgSpace(8*4))
-	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	msg, fds, err := console.RecvFDs(c, 8)
 	if err != nil {
 		return
-	}
-	var fds []int
-	if oobn > 0 {
-		if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
-			for i := range msgs {
-				if got, err := unix.ParseUnixRights(&msgs[i]); err == nil {
-					fds = append(fds, got...)
-				}
-			}
-		}
 	}
 	var peer int32
 	if rc, err := c.SyscallConn(); err == nil {
@@ -718,7 +707,7 @@ func (s *Server) handle(ctx context.Context, c *net.UnixConn) {
 			}
 		})
 	}
-	reply, f := s.dispatch(ctx, buf[:n], fds, peer)
+	reply, f := s.dispatch(ctx, msg, fds, peer)
 	_ = c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	if f != nil {
 		_ = console.Send(c, reply, f)

@@ -37,6 +37,9 @@ type CLIConfig struct {
 	// ExecDir holds per-exec scratch files (process.json, pid file, console
 	// socket); it must not be Root, which the runtime lists as containers.
 	ExecDir string
+	// ExecHelper is the command line that runs ExecHelperMain (podunit's
+	// binary and ExecHelperName), which terminal execs run under.
+	ExecHelper []string
 }
 
 // CLI drives runc or crun through their command lines.
@@ -108,10 +111,12 @@ func (c *CLI) DeleteArgv(id string) []string {
 	return append(c.global(), "delete", "--force", id)
 }
 
-// terminalExecArgv: the runtime runs detached: in the
-// foreground runc proxies the terminal itself and clears ONLCR on it after
-// the command may already have written. --tty only matters to runtimes
-// that do not take the terminal from processFile.
+// terminalExecArgv runs process.json on a new terminal, whose master the
+// runtime sends to consoleSocket. The runtime runs detached (under the
+// exec helper, exechelper.go): in the foreground runc proxies the
+// terminal itself and clears ONLCR on it after the command may already
+// have written. --tty only matters to runtimes that do not take the
+// terminal from processFile.
 func (c *CLI) terminalExecArgv(id, processFile, consoleSocket, pidFile string) []string {
 	return append(c.global(), "exec", "--detach", "--tty", "--console-socket", consoleSocket,
 		"--pid-file", pidFile, "--process", processFile, id)

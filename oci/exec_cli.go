@@ -14,12 +14,14 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/podunit/podunit/console"
 	"github.com/podunit/podunit/errdefs"
 )
 
-// drainTimeout bounds how long output is still copied after the runtime has
-// exited, and how long a runtime may take to return once its process was
-// killed: a daemon the process left behind may hold the output open forever.
+// drainTimeout bounds how long output is still copied after the runtime (or
+// the terminal's command) has exited, and how long a runtime may take to
+// return once its process was killed: a daemon the process left behind may
+// hold the output open forever.
 const drainTimeout = 2 * time.Second
 
 // scratch makes an exec's directory under ExecDir with the process written
@@ -45,38 +47,35 @@ func (c *CLI) scratch(p specs.Process) (dir, procFile string, err error) {
 	return dir, procFile, nil
 }
 
-// TerminalExec implements Runtime.
-func (c *CLI) TerminalExec(id string, p specs.Process) (*TerminalExec, error) {
-	if len(p.Args) == 0 {
-		return nil, invalid("exec", "no command")
-	}
-	if !p.Terminal {
-		return nil, invalid("terminal exec", "process has no terminal")
-	}
-	dir, procFile, err := c.scratch(p)
-	if err != nil {
-		return nil, err
-	}
-	t := &TerminalExec{ConsoleSocket: filepath.Join(dir, "console.sock"), PidFile: filepath.Join(dir, "pid"), dir: dir}
-	t.Argv = c.terminalExecArgv(id, procFile, t.ConsoleSocket, t.PidFile)
-	return t, nil
-}
-
-// Exec implements Runtime. The runtime runs in the foreground and hands its
-// stdio to the process, so its exit status is the process's.
+// Exec implements Runtime: the one exec of podunit (ExecSync, streamed
+// exec, exec probes). Without a terminal the runtime runs in the
+// foreground and hands its stdio to the process, so its exit status is
+// the process's; with one it runs detached under the exec helper
+// (exec_terminal.go). Either way the runtime writes the process's PID to
+// the exec's pid file, and ctx's end SIGKILLs that process (killOnDone).
 func (c *CLI) Exec(ctx context.Context, id string, p ExecProcess) (int, error) {
 	if len(p.Process.Args) == 0 {
 		return -1, invalid("exec", "no command")
 	}
-	if p.Process.Terminal {
-		return -1, invalid("exec", "terminal")
+	if p.Process.Terminal && len(c.cfg.ExecHelper) == 0 {
+		return -1, invalid("exec", "terminal exec without an exec helper")
 	}
-	dir, procFile, err := c.scratch(p.Process)
+	proc := p.Process
+	var size *console.WinSize
+	if proc.Terminal {
+		if size = firstSize(p.Resize); size != nil {
+			proc.ConsoleSize = &specs.Box{Height: uint(size.Height), Width: uint(size.Width)}
+		}
+	}
+	dir, procFile, err := c.scratch(proc)
 	if err != nil {
 		return -1, err
 	}
 	defer os.RemoveAll(dir)
 	x := execRun{c: c, id: id, p: p, procFile: procFile, pidFile: filepath.Join(dir, "pid")}
+	if proc.Terminal {
+		return x.terminal(ctx, filepath.Join(dir, "console.sock"), size)
+	}
 	return x.piped(ctx)
 }
 
@@ -122,20 +121,39 @@ func (x *execRun) piped(ctx context.Context) (int, error) {
 		// the output, which drainTimeout has cut.
 		werr = nil
 	}
-	return x.result(ctx, exitStatus(cmd, werr), werr, errTail, killed.Load())
+	code := exitStatus(cmd, werr)
+	if killed.Load() {
+		return code, x.killedErr(ctx)
+	}
+	if werr != nil && !isExit(werr) {
+		return code, fmt.Errorf("%s exec: %w", x.c.cfg.Name, werr)
+	}
+	if code != 0 {
+		if _, err := os.Stat(x.pidFile); err != nil {
+			// No process was started: the code and message are the runtime's.
+			return code, classify(x.c.cfg.Name+" exec", errTail.String(), werr)
+		}
+	}
+	return code, nil
 }
 
 // killOnDone: the runtime does not kill its process when it dies itself, so
 // when ctx ends kill the exec'd process, which makes a foreground runtime
-// return. runc copies the output itself and waits for its EOF, which a
-// daemon the process left behind may hold: the runtime goes too if it has
-// not returned within drainTimeout.
+// (or the terminal exec's helper) return. runc copies the output itself
+// and waits for its EOF, which a daemon the process left behind may hold:
+// cmd (the runtime or the helper) goes too if it has not returned within
+// drainTimeout.
 func (x *execRun) killOnDone(ctx context.Context, cmd *exec.Cmd, exited <-chan struct{}) *atomic.Bool {
 	var killed atomic.Bool
 	go func() {
 		select {
 		case <-exited:
 		case <-ctx.Done():
+			select {
+			case <-exited:
+				return // both ready: it ended by itself
+			default:
+			}
 			killed.Store(true)
 			killByPidFile(x.pidFile, exited)
 			select {
@@ -148,21 +166,11 @@ func (x *execRun) killOnDone(ctx context.Context, cmd *exec.Cmd, exited <-chan s
 	return &killed
 }
 
-func (x *execRun) result(ctx context.Context, code int, werr error, errTail *tailBuffer, killed bool) (int, error) {
-	if killed {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return code, fmt.Errorf("exec in %s: command %q timed out: %w", x.id, x.p.Process.Args, errdefs.ErrDeadline)
-		}
-		return code, fmt.Errorf("exec in %s: %w", x.id, ctx.Err())
+// killedErr is the error of an exec killed because ctx ended: a deadline
+// (ExecSync's timeout) wraps errdefs.ErrDeadline.
+func (x *execRun) killedErr(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("exec in %s: command %q timed out: %w", x.id, x.p.Process.Args, errdefs.ErrDeadline)
 	}
-	if werr != nil && !isExit(werr) {
-		return code, fmt.Errorf("%s exec: %w", x.c.cfg.Name, werr)
-	}
-	if code != 0 {
-		if _, err := os.Stat(x.pidFile); err != nil {
-			// No process was started: the code and message are the runtime's.
-			return code, classify(x.c.cfg.Name+" exec", errTail.String(), werr)
-		}
-	}
-	return code, nil
+	return fmt.Errorf("exec in %s: %w", x.id, ctx.Err())
 }

@@ -315,7 +315,7 @@ func testLifecycle(t *testing.T, flavor Flavor) {
 			t.Fatalf("res = %+v", res)
 		}
 	})
-	t.Run("exec with a terminal is refused", func(t *testing.T) {
+	t.Run("exec with a terminal needs the exec helper", func(t *testing.T) {
 		spec, _ := ReadBundle(filepath.Join(r.dir, "bundles", "life"))
 		p := *spec.Process
 		p.Args, p.Terminal = []string{"tty"}, true

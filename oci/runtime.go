@@ -3,9 +3,10 @@ package oci
 import (
 	"context"
 	"io"
-	"os"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/podunit/podunit/console"
 )
 
 // Runtime is an OCI runtime CLI (runc, crun) and the one place its command
@@ -26,13 +27,12 @@ type Runtime interface {
 	// DeleteArgv is `delete --force id`, run by the unit's ExecStopPost
 	// recorder.
 	DeleteArgv(id string) []string
-	// TerminalExec prepares p (a process with Terminal set) to run
-	// detached on a new terminal; the caller runs its Argv and closes it.
-	TerminalExec(id string, p specs.Process) (*TerminalExec, error)
-	// Exec runs p in the container and waits for it. ctx's end kills
-	// the exec'd process; on a deadline the error wraps errdefs.ErrDeadline.
-	// A non-zero exit code of the process is not an error; a runtime that
-	// could not start the process is.
+	// Exec runs p in the container, on a new terminal when
+	// p.Process.Terminal is set, and waits for it: the one exec (ExecSync,
+	// streamed exec, exec probes). ctx's end kills the exec'd process; on
+	// a deadline the error wraps errdefs.ErrDeadline. A non-zero exit code
+	// of the process is not an error; a runtime that could not start the
+	// process is.
 	Exec(ctx context.Context, id string, p ExecProcess) (exitCode int, err error)
 	// Delete kills a running container and removes the runtime's state;
 	// an unknown container is not an error.
@@ -58,25 +58,16 @@ type Runtime interface {
 	Features(ctx context.Context) (Features, error)
 }
 
-// ExecProcess is a process to run in a container without a terminal
-// (terminal execs: Runtime.TerminalExec).
+// ExecProcess is a process to run in a container.
 type ExecProcess struct {
-	// Process is what the runtime executes.
+	// Process is what the runtime executes; with Terminal set it gets a
+	// new terminal, relayed to Stdin and Stdout.
 	Process specs.Process
 	// Stdin may be nil; the process sees EOF when it ends.
-	Stdin          io.Reader
+	Stdin io.Reader
+	// Stdout and Stderr may be nil; a terminal's output goes to Stdout.
 	Stdout, Stderr io.Writer
+	// Resize carries a terminal's sizes; it may be nil. The first size,
+	// when it comes at once, is the terminal's size from the start.
+	Resize <-chan console.WinSize
 }
-
-// TerminalExec is a prepared terminal exec: Argv runs the process detached,
-// the runtime sends the terminal's master to the unix socket ConsoleSocket
-// (which the caller must listen on first) and writes the process's PID to
-// PidFile. Close removes these files.
-type TerminalExec struct {
-	Argv                   []string
-	ConsoleSocket, PidFile string
-	dir                    string
-}
-
-// Close removes the exec's scratch files.
-func (t *TerminalExec) Close() error { return os.RemoveAll(t.dir) }

@@ -1,5 +1,7 @@
 // Package oci turns a CRI container request into an OCI runtime-spec bundle
-// and drives the OCI runtime (runc or crun) that podunit's systemd units run.
+// and drives the OCI runtime (runc or crun) that podunit's systemd units run:
+// every runc/crun command line (cli.go) and the one exec, with or without a
+// terminal (exec_cli.go, exec_terminal.go, exechelper.go).
 //
 // Spec generation is a list of ordered, pure options over an explicit
 // SpecInput: every host lookup (users in the image, device nodes, seccomp

@@ -34,7 +34,7 @@ type attachSession struct {
 	t        Target
 	in       io.Reader
 	out, err io.Writer
-	resize   <-chan WinSize
+	resize   <-chan console.WinSize
 }
 
 func (s *attachSession) run(ctx context.Context) error {

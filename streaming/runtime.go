@@ -10,6 +10,7 @@ import (
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	utilexec "k8s.io/utils/exec"
 
+	"github.com/podunit/podunit/console"
 	"github.com/podunit/podunit/errdefs"
 )
 
@@ -57,9 +58,6 @@ type Pods interface {
 	NetNSPath(ctx context.Context, podID string) (string, error)
 }
 
-// WinSize is a terminal size in characters.
-type WinSize struct{ Width, Height uint16 }
-
 // ExecProcess is one command run in a container for a stream.
 type ExecProcess struct {
 	Args []string
@@ -69,7 +67,7 @@ type ExecProcess struct {
 	Stdout, Stderr io.Writer
 	TTY            bool
 	// Resize carries terminal sizes for TTY processes; it may be nil.
-	Resize <-chan WinSize
+	Resize <-chan console.WinSize
 }
 
 // Executor runs a process in a running container and returns its exit
@@ -97,11 +95,11 @@ func (h *handler) running(ctx context.Context, id string) (Target, error) {
 }
 
 // resizes adapts the library's resize channel; it ends with ctx.
-func resizes(ctx context.Context, in <-chan remotecommand.TerminalSize) <-chan WinSize {
+func resizes(ctx context.Context, in <-chan remotecommand.TerminalSize) <-chan console.WinSize {
 	if in == nil {
 		return nil
 	}
-	out := make(chan WinSize)
+	out := make(chan console.WinSize)
 	go func() {
 		defer close(out)
 		for {
@@ -113,7 +111,7 @@ func resizes(ctx context.Context, in <-chan remotecommand.TerminalSize) <-chan W
 					return
 				}
 				select {
-				case out <- WinSize{Width: s.Width, Height: s.Height}:
+				case out <- console.WinSize{Width: s.Width, Height: s.Height}:
 				case <-ctx.Done():
 					return
 				}

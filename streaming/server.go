@@ -1,9 +1,10 @@
 // Package streaming serves the CRI's Exec, Attach and PortForward URLs with
 // the k8s.io/cri-streaming server (SPDY and websocket handling, single-use
 // tokens with expiry) and implements what that server calls back into:
-// exec through the OCI runtime's command line, attach to a container's
-// stdin FIFO and the log relay's output taps, and port forwarding inside a
-// pod's network namespace. See docs/streaming.md for how attach works without a shim.
+// exec handed to its Executor (container.Manager.Exec, which runs the one
+// exec of package oci), attach to a container's stdin FIFO, the log
+// relay's output taps and a tty container's terminal, and port forwarding
+// inside a pod's network namespace. See docs/streaming.md for how attach works without a shim.
 package streaming
 
 import (

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
@@ -29,7 +28,7 @@ var (
 func reloadSteps(s *services) []reloadStep {
 	return []reloadStep{
 		{name: "runtime handlers", keys: runtimeKeys, apply: func(ctx context.Context, c config.Config) error {
-			rts, err := container.RuntimesFromConfig(c.Runtime.Handlers, filepath.Join(c.Paths.RunDir, "exec"))
+			rts, err := container.RuntimesFromConfig(c.Runtime.Handlers, c.Paths.RunDir, s.self)
 			if err != nil {
 				return err
 			}

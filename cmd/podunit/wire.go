@@ -34,7 +34,9 @@ type services struct {
 	metrics *metricsEndpoint
 	gc      *gc.Runner
 	relay   logrelay.Client
-	stop    []func()
+	// self is podunit's binary (the runtimes' exec helper).
+	self string
+	stop []func()
 }
 
 func (s *services) close() {
@@ -127,6 +129,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	relaySock := filepath.Join(cfg.Paths.RunDir, "logrelay.sock")
 	lm := logrelay.Client{Socket: relaySock}
 	s.relay = lm
+	s.self = copts.Self
 	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
 	err = logrelay.Ensure(rctx, sd, copts.Self, relaySock, filepath.Join(cfg.Paths.RunDir, "logrelay"))
 	rcancel()
@@ -135,7 +138,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	} else {
 		copts.LogRelaySocket = relaySock
 	}
-	runtimes, err := container.RuntimesFromConfig(cfg.Runtime.Handlers, filepath.Join(cfg.Paths.RunDir, "exec"))
+	runtimes, err := container.RuntimesFromConfig(cfg.Runtime.Handlers, cfg.Paths.RunDir, copts.Self)
 	if err != nil {
 		return nil, err
 	}

@@ -1,8 +1,7 @@
-package streaming
+package oci
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,100 +17,92 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/podunit/podunit/console"
-	"github.com/podunit/podunit/oci"
+	"github.com/podunit/podunit/fdstore"
 )
-
-// drainTimeout bounds how long output is still copied after the command
-// has exited: a process it left in the background may hold the terminal
-// open forever.
-const drainTimeout = 2 * time.Second
 
 // firstSizeWait is how long a terminal exec waits for the client's first
 // size, which clients send right after connecting: the command should
 // start with it (a shell reads it once at start).
 const firstSizeWait = 100 * time.Millisecond
 
-// PrepareTerminal prepares the terminal exec of a process in the
-// container; size is the client's first terminal size, nil when none came.
-type PrepareTerminal func(size *WinSize) (*oci.TerminalExec, error)
-
-// RunTerminal runs a terminal exec through the exec helper (helper is its
-// command line: podunit's binary and ExecHelperName) and relays the
-// terminal to p's streams until the command has exited.
-func RunTerminal(ctx context.Context, helper []string, p ExecProcess, prepare PrepareTerminal) (int, error) {
-	var size *WinSize
+// firstSize takes the client's first terminal size from resize, waiting
+// at most firstSizeWait; nil when none came.
+func firstSize(resize <-chan console.WinSize) *console.WinSize {
 	select {
-	case s, ok := <-p.Resize:
+	case s, ok := <-resize:
 		if ok && s.Width > 0 && s.Height > 0 {
-			size = &s
+			return &s
 		}
 	case <-time.After(firstSizeWait):
 	}
-	te, err := prepare(size)
-	if err != nil {
-		return -1, err
-	}
-	defer te.Close()
-	args := append([]string{}, helper[1:]...)
-	args = append(args, "--console-socket="+te.ConsoleSocket, "--pid-file="+te.PidFile)
+	return nil
+}
+
+// terminal runs a terminal exec through the exec helper (exechelper.go),
+// which runs terminalExecArgv and passes the terminal's master back, and
+// relays the terminal to x.p's streams until the command has exited.
+func (x *execRun) terminal(ctx context.Context, sock string, size *console.WinSize) (int, error) {
+	helper := x.c.cfg.ExecHelper
+	args := append(slices.Clone(helper[1:]), "--console-socket="+sock, "--pid-file="+x.pidFile)
 	if size != nil {
 		args = append(args, fmt.Sprintf("--size=%dx%d", size.Height, size.Width))
 	}
-	args = append(append(args, "--"), te.Argv...)
+	args = append(append(args, "--"), x.c.terminalExecArgv(x.id, x.procFile, sock, x.pidFile)...)
 
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, err
+		return -1, fmt.Errorf("%s exec: %w", x.c.cfg.Name, err)
 	}
 	ours := os.NewFile(uintptr(fds[0]), "exec-control")
 	theirs := os.NewFile(uintptr(fds[1]), "exec-control-peer")
-	defer ours.Close()
-	cmd := exec.Command(helper[0], args...)
-	cmd.ExtraFiles = []*os.File{theirs}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err = cmd.Start()
-	theirs.Close()
-	if err != nil {
-		return -1, fmt.Errorf("start exec helper: %w", err)
-	}
-	waited := make(chan error, 1)
-	go func() { waited <- cmd.Wait() }()
 	conn, err := net.FileConn(ours)
+	ours.Close()
 	if err != nil {
-		cmd.Process.Kill()
-		<-waited
-		return -1, err
+		theirs.Close()
+		return -1, fmt.Errorf("%s exec: %w", x.c.cfg.Name, err)
 	}
 	defer conn.Close()
 	uc := conn.(*net.UnixConn)
-	// The helper is the command's subreaper: killing it ends the command's
-	// wait, and the command itself goes with its terminal's hangup.
-	stop := context.AfterFunc(ctx, func() { uc.Close(); cmd.Process.Kill() })
-	defer stop()
+	cmd := exec.Command(helper[0], args...)
+	cmd.ExtraFiles = []*os.File{theirs}
+	errTail := &tailBuffer{max: 4096}
+	cmd.Stderr = errTail
+	err = cmd.Start()
+	theirs.Close()
+	if err != nil {
+		return -1, fmt.Errorf("%s exec: start exec helper: %w", x.c.cfg.Name, err)
+	}
+	var werr error
+	exited := make(chan struct{})
+	go func() { werr = cmd.Wait(); close(exited) }()
+	// The helper is the command's subreaper: the command's end (or its
+	// kill) ends the helper, and with it the control connection.
+	killed := x.killOnDone(ctx, cmd, exited)
 
 	master, err := receiveMaster(uc)
 	if err != nil {
-		cmd.Process.Kill()
-		werr := <-waited
-		if ctx.Err() != nil {
-			return -1, ctx.Err()
+		_ = cmd.Process.Kill()
+		<-exited
+		if killed.Load() {
+			return -1, x.killedErr(ctx)
 		}
-		return -1, fmt.Errorf("exec: %s (%w)", strings.TrimSpace(stderr.String()), errors.Join(err, werr))
+		return -1, fmt.Errorf("%s exec: %s (%w)", x.c.cfg.Name, strings.TrimSpace(errTail.String()), errors.Join(err, werr))
 	}
 	defer master.Close()
-
-	stopRelay, copied := relayTerminal(master, p)
+	stopRelay, copied := relayTerminal(master, x.p)
 	defer stopRelay()
 
 	line, rerr := bufio.NewReader(uc).ReadString('\n')
-	werr := <-waited
-	if ctx.Err() != nil {
-		return -1, ctx.Err()
-	}
+	<-exited
 	code, perr := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "exit ")))
+	if killed.Load() {
+		if perr != nil {
+			code = -1
+		}
+		return code, x.killedErr(ctx)
+	}
 	if rerr != nil || perr != nil || !strings.HasPrefix(line, "exit ") {
-		return -1, fmt.Errorf("exec: %s (%w)", strings.TrimSpace(stderr.String()), errors.Join(rerr, werr))
+		return -1, fmt.Errorf("%s exec: %s (%w)", x.c.cfg.Name, strings.TrimSpace(errTail.String()), errors.Join(rerr, werr))
 	}
 	select {
 	case <-copied:
@@ -129,7 +121,8 @@ func receiveMaster(uc *net.UnixConn) (*os.File, error) {
 		}
 		return nil, fmt.Errorf("exec helper sent no terminal: %w", err)
 	}
-	return adopt(f, "exec-pty")
+	// Non-blocking, so that closing it ends the copies.
+	return fdstore.Adopt(f, "exec-pty")
 }
 
 // relayTerminal serves one exec's terminal: resize requests, stdin into
@@ -154,13 +147,9 @@ func relayTerminal(master *os.File, p ExecProcess) (stop func(), copied <-chan s
 	if p.Stdin != nil {
 		go io.Copy(master, p.Stdin)
 	}
-	out := p.Stdout
-	if out == nil {
-		out = io.Discard
-	}
 	c := make(chan struct{})
 	go func() {
-		io.Copy(out, master)
+		io.Copy(orDiscard(p.Stdout), master)
 		close(c)
 	}()
 	return func() { close(done) }, c

@@ -1,4 +1,4 @@
-package streaming
+package oci
 
 import (
 	"bytes"
@@ -31,8 +31,11 @@ const ExecHelperName = "_exec-tty"
 
 // ExecHelperMain is the helper's body: args are --console-socket=PATH,
 // --pid-file=PATH, optionally --size=HxW, then "--" and the runtime's
-// command line (oci.TerminalExec). It returns the helper's exit code.
+// command line (terminalExecArgv). It returns the helper's exit code.
 func ExecHelperMain(args []string) int {
+	// Not for the runtime: the control socket must close when the helper
+	// ends, whatever the runtime leaves behind.
+	unix.CloseOnExec(3)
 	ctl := os.NewFile(3, "control")
 	if err := execHelper(ctl, args); err != nil {
 		fmt.Fprintf(os.Stderr, "exec helper: %v\n", err)
@@ -46,7 +49,7 @@ type helperArgs struct {
 	sock, pidFile string
 	// size is the first terminal size, set the moment the master arrives,
 	// before the runtime has usually exec'd the command.
-	size *WinSize
+	size *console.WinSize
 	argv []string
 }
 
@@ -65,7 +68,7 @@ func parseHelperArgs(args []string) (helperArgs, error) {
 		case strings.HasPrefix(a, "--pid-file="):
 			h.pidFile = strings.TrimPrefix(a, "--pid-file=")
 		case strings.HasPrefix(a, "--size="):
-			var ws WinSize
+			var ws console.WinSize
 			if _, err := fmt.Sscanf(a, "--size=%dx%d", &ws.Height, &ws.Width); err != nil {
 				return h, fmt.Errorf("bad %s", a)
 			}

@@ -2,34 +2,17 @@ package streaming
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
-
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/podunit/podunit/oci"
 )
-
-func TestMain(m *testing.M) {
-	if os.Getenv("STREAMING_TEST_EXEC_HELPER") == "1" {
-		os.Exit(ExecHelperMain(os.Args[1:]))
-	}
-	os.Exit(m.Run())
-}
-
-func testHelper() []string {
-	return []string{"/usr/bin/env", "STREAMING_TEST_EXEC_HELPER=1", os.Args[0]}
-}
 
 // busyboxBundle writes an OCI bundle with a static busybox as rootfs.
 func busyboxBundle(t *testing.T, runtime string, args []string, terminal bool) string {
@@ -144,90 +127,6 @@ func (c testCtr) status() string {
 	return st.Status
 }
 
-// terminal runs args in the container on a terminal the way
-// container.Manager.Exec does: the container's process with new
-// arguments.
-func (c testCtr) terminal(ctx context.Context, p ExecProcess) (int, error) {
-	spec, err := oci.ReadBundle(c.bundle)
-	if err != nil {
-		return -1, err
-	}
-	proc := *spec.Process
-	proc.Args = p.Args
-	proc.Terminal = true
-	return RunTerminal(ctx, testHelper(), p, func(size *WinSize) (*oci.TerminalExec, error) {
-		if size != nil {
-			proc.ConsoleSize = &specs.Box{Height: uint(size.Height), Width: uint(size.Width)}
-		}
-		return c.rt.TerminalExec(c.id, proc)
-	})
-}
-
-func TestRunTerminalRealRuntime(t *testing.T) {
-	c := runcRun(t, busyboxBundle(t, "runc", []string{"sleep", "1000"}, false), nil, nil, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
-	var out bytes.Buffer
-	rs := make(chan WinSize, 1)
-	rs <- WinSize{Width: 100, Height: 40}
-	code, err := c.terminal(ctx, ExecProcess{Args: []string{"sh", "-c", "echo hello $MARK; stty size"}, TTY: true, Stdout: &out, Resize: rs})
-	if err != nil || code != 0 || out.String() != "hello from-spec\r\n40 100\r\n" {
-		t.Fatalf("tty: code %d err %v stdout %q", code, err, out.String())
-	}
-
-	// An interactive shell resized mid-session.
-	rs = make(chan WinSize, 2)
-	rs <- WinSize{Width: 80, Height: 24}
-	inR, inW := io.Pipe()
-	sb := &syncBuffer{}
-	res := make(chan error, 1)
-	go func() {
-		code, err := c.terminal(ctx, ExecProcess{Args: []string{"sh"}, TTY: true, Stdin: inR, Stdout: sb, Resize: rs})
-		if err == nil && code != 5 {
-			err = fmt.Errorf("exit code %d, want 5", code)
-		}
-		res <- err
-	}()
-	io.WriteString(inW, "stty size\n")
-	waitFor(t, sb, "24 80")
-	rs <- WinSize{Width: 132, Height: 43}
-	time.Sleep(200 * time.Millisecond)
-	io.WriteString(inW, "stty size; exit 5\n")
-	waitFor(t, sb, "43 132")
-	if err := <-res; err != nil {
-		t.Fatalf("interactive: %v: %q", err, sb.String())
-	}
-	inW.Close()
-
-	// A command the runtime cannot start is an error, and the exec's
-	// scratch files go.
-	_, err = c.terminal(ctx, ExecProcess{Args: []string{"/no/such/binary"}, TTY: true, Stdout: io.Discard})
-	if err == nil {
-		t.Fatal("exec of a missing binary succeeded")
-	}
-	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(filepath.Dir(c.root)), "*", "exec-*")); len(left) > 0 {
-		t.Errorf("scratch files left: %v", left)
-	}
-}
-
-func TestParseHelperArgs(t *testing.T) {
-	h, err := parseHelperArgs([]string{"--console-socket=/x/s", "--pid-file=/x/p", "--size=40x100", "--", "runc", "exec", "--size=1x1"})
-	if err != nil || h.sock != "/x/s" || h.pidFile != "/x/p" || *h.size != (WinSize{Height: 40, Width: 100}) || strings.Join(h.argv, " ") != "runc exec --size=1x1" {
-		t.Fatalf("got %+v, %v", h, err)
-	}
-	for _, bad := range [][]string{
-		{"--pid-file=/x/p", "--", "runc"},
-		{"--console-socket=/x/s", "--pid-file=/x/p", "--"},
-		{"--console-socket=/x/s", "--pid-file=/x/p", "runc"},
-		{"--console-socket=/x/s", "--pid-file=/x/p", "--size=big", "--", "runc"},
-	} {
-		if _, err := parseHelperArgs(bad); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-}
-
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -243,15 +142,4 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-func waitFor(t *testing.T, s *syncBuffer, want string) {
-	t.Helper()
-	for i := 0; i < 100; i++ {
-		if strings.Contains(s.String(), want) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("output %q never contained %q", s.String(), want)
 }
