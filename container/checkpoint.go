@@ -51,6 +51,11 @@ func (m *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 	if r.State != StateRunning {
 		return fmt.Errorf("checkpoint container %s: state is %s, not running: %w", r.ID, r.State, errdefs.ErrPrecondition)
 	}
+	if r.Config.GetTty() {
+		// A restore runs `runc restore` without a console socket, so the
+		// restored process would lose its terminal (docs/checkpoint.md).
+		return fmt.Errorf("checkpoint container %s: it has a terminal (tty), which podunit cannot restore: %w", r.ID, errdefs.ErrPrecondition)
+	}
 	rt, features, err := m.runtimeFeatures(r.Handler)
 	if err != nil {
 		return err

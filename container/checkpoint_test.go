@@ -163,6 +163,12 @@ func TestCheckpointErrors(t *testing.T) {
 			t.Errorf("%s: err = %v, want %v", name, err, tc.want)
 		}
 	}
+	// A tty container: its restore would have no terminal.
+	e.m.ctrs[id].rec.Config.Tty = true
+	if err := e.m.Checkpoint(ctx, id, filepath.Join(dir, "x.tar"), 0); !errors.Is(err, errdefs.ErrPrecondition) || !strings.Contains(err.Error(), "tty") {
+		t.Errorf("tty container: %v", err)
+	}
+	e.m.ctrs[id].rec.Config.Tty = false
 	if len(e.rt.checkpoints) != 0 {
 		t.Errorf("runtime ran on bad input: %+v", e.rt.checkpoints)
 	}

@@ -57,7 +57,16 @@ type manifestContainer struct {
 	Name     string `json:"name"`
 	ID       string `json:"id"` // names containers/<id>.tar
 	Image    string `json:"image"`
-	ImageRef string `json:"imageRef"`
+	ImageRef string `json:"imageRef"` // a repo digest, or the ID without one
+	ImageID  string `json:"imageID"`
+}
+
+// sameImage reports whether a restore request's image names the
+// checkpointed one: by the name it was created with, its digest or its
+// ID (the kubelet sends the image ref it resolved, "sha256:<id>").
+func (c manifestContainer) sameImage(img string) bool {
+	id := strings.TrimPrefix(c.ImageID, "sha256:")
+	return img == c.Image || img == c.ImageRef || (id != "" && strings.TrimPrefix(img, "sha256:") == id)
 }
 
 func archivePath(dir, id string) string { return filepath.Join(dir, containersDir, id+".tar") }
@@ -116,7 +125,7 @@ func (p *Pods) Checkpoint(ctx context.Context, podID, dir string, ids []string) 
 				return fmt.Errorf("checkpoint pod %s: container %s (%s) is %s, not running: %w", podID, id, c.GetMetadata().GetName(), c.GetState(), errdefs.ErrPrecondition)
 			}
 			m.Containers = append(m.Containers, manifestContainer{
-				Name: c.GetMetadata().GetName(), ID: id, Image: c.GetImage().GetImage(), ImageRef: c.GetImageRef(),
+				Name: c.GetMetadata().GetName(), ID: id, Image: c.GetImage().GetImage(), ImageRef: c.GetImageRef(), ImageID: c.GetImageId(),
 			})
 		}
 		if m.PodConfig, err = protojson.Marshal(sb.Config); err != nil {
@@ -256,7 +265,7 @@ func (p *Pods) Restore(ctx context.Context, req RestoreRequest) (podID string, o
 		if !ok {
 			return "", nil, bad("container %q is not in the checkpoint", name)
 		}
-		if img := c.GetImage().GetImage(); img != "" && img != mc.Image && img != mc.ImageRef {
+		if img := c.GetImage().GetImage(); img != "" && !mc.sameImage(img) {
 			return "", nil, bad("container %q: image %q, checkpointed %q (%s)", name, img, mc.Image, mc.ImageRef)
 		}
 	}

@@ -102,7 +102,7 @@ func hexID(c byte) string { return strings.Repeat(string(c), 64) }
 func ckWorld() *world {
 	ctr := func(id, pod, name string, st runtimeapi.ContainerState) *runtimeapi.Container {
 		return &runtimeapi.Container{Id: id, PodSandboxId: pod, Metadata: &runtimeapi.ContainerMetadata{Name: name},
-			Image: &runtimeapi.ImageSpec{Image: "busybox:" + name}, ImageRef: "sha256:" + name, State: st}
+			Image: &runtimeapi.ImageSpec{Image: "busybox:" + name}, ImageRef: "busybox@sha256:" + name, ImageId: "id" + name, State: st}
 	}
 	return &world{ready: true, list: []*runtimeapi.Container{
 		ctr(hexID('a'), "pod", "a", runtimeapi.ContainerState_CONTAINER_RUNNING),
@@ -150,7 +150,7 @@ func TestCheckpointPodFreezesDumpsThaws(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.PodID != "pod" || len(m.Containers) != 2 || m.Containers[1] != (manifestContainer{Name: "b", ID: hexID('b'), Image: "busybox:b", ImageRef: "sha256:b"}) ||
+	if m.PodID != "pod" || len(m.Containers) != 2 || m.Containers[1] != (manifestContainer{Name: "b", ID: hexID('b'), Image: "busybox:b", ImageRef: "busybox@sha256:b", ImageID: "idb"}) ||
 		!strings.Contains(strings.ReplaceAll(string(m.PodConfig), " ", ""), `"uid":"u1"`) {
 		t.Errorf("manifest %+v %s", m, m.PodConfig)
 	}
@@ -411,11 +411,12 @@ func TestRestorePodRefusesBadInput(t *testing.T) {
 			}
 		})
 	}
-	// The image may be named by ID too.
-	dir := checkpointed(t)
-	req := restoreReq(dir, "a", "b")
-	req.Containers[0].Image.Image = "sha256:a"
-	if _, _, err := newPods(&world{}).Restore(context.Background(), req); err != nil {
-		t.Errorf("image by ID: %v", err)
+	// The image may be named by digest or ID too.
+	for _, img := range []string{"busybox@sha256:a", "ida", "sha256:ida"} {
+		req := restoreReq(checkpointed(t), "a", "b")
+		req.Containers[0].Image.Image = img
+		if _, _, err := newPods(&world{}).Restore(context.Background(), req); err != nil {
+			t.Errorf("image %s: %v", img, err)
+		}
 	}
 }
