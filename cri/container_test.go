@@ -72,6 +72,8 @@ func (ctrTestRuntime) RestoreArgv(id, b, p, l string, ck oci.Checkpoint) []strin
 func (ctrTestRuntime) Checkpoint(ctx context.Context, id string, ck oci.Checkpoint) error {
 	return errdefs.ErrUnimplemented
 }
+func (ctrTestRuntime) Pause(ctx context.Context, id string) error  { return nil }
+func (ctrTestRuntime) Resume(ctx context.Context, id string) error { return nil }
 func (ctrTestRuntime) Features(ctx context.Context) (oci.Features, error) {
 	return oci.Features{Source: "test"}, nil
 }

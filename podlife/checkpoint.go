@@ -72,9 +72,10 @@ func (c manifestContainer) sameImage(img string) bool {
 func archivePath(dir, id string) string { return filepath.Join(dir, containersDir, id+".tar") }
 
 // Checkpoint writes a consistent checkpoint of a running pod's containers
-// ids into dir, an existing empty directory: it freezes the pod's slice,
-// dumps each container with CRIU while all of them stand still, and thaws
-// the pod on every path, so the pod never stays frozen. On error nothing
+// ids into dir, an existing empty directory: it freezes the pod's slice
+// for the cut, holds each container there (paused), dumps each with CRIU
+// while all of them stand still, and thaws and resumes on every path, so
+// no part of the pod stays frozen. On error nothing
 // of the checkpoint is left in dir. No container is created in the pod
 // meanwhile.
 func (p *Pods) Checkpoint(ctx context.Context, podID, dir string, ids []string) (retErr error) {
@@ -135,15 +136,39 @@ func (p *Pods) Checkpoint(ctx context.Context, podID, dir string, ids []string) 
 	})
 }
 
+// checkpointFrozen takes the pod's cut and dumps it. CRIU cannot dump
+// tasks an ancestor cgroup keeps frozen (it thaws the container's own
+// cgroup to run its parasite code in them, which does nothing under a
+// frozen slice: the dump hangs), so the slice's freeze only makes the
+// cut: while it holds, each selected container is paused in its own
+// cgroup (the runtime's pause); then the slice is thawed, and every
+// container stays paused at the cut until all are dumped. CRIU dumps a
+// paused container and pauses it again when done.
 func (p *Pods) checkpointFrozen(ctx context.Context, podID, dir string, m *podManifest) (retErr error) {
 	if err := os.Mkdir(filepath.Join(dir, containersDir), 0o700); err != nil {
 		return fmt.Errorf("checkpoint pod %s: %w", podID, err)
 	}
-	// Runs last: after the thaw, whose failure is an error too.
+	// Runs last: after the thaw and the resumes, whose failures are
+	// errors too.
 	defer func() {
 		if retErr != nil {
 			os.Remove(filepath.Join(dir, manifestFile))
 			os.RemoveAll(filepath.Join(dir, containersDir))
+		}
+	}()
+	var paused []string
+	defer func() {
+		// After the thaw (deferred below, so it runs first). A context
+		// of its own: the caller's may be the deadline that expired.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		for _, id := range paused {
+			if err := p.containers.Resume(rctx, id); err != nil {
+				p.log.Error("container left paused: resume failed", "pod", podID, "container", id, "err", err)
+				if retErr == nil {
+					retErr = fmt.Errorf("checkpoint pod %s: %w", podID, err)
+				}
+			}
 		}
 	}()
 	if err := p.sandboxes.Freeze(ctx, podID); err != nil {
@@ -155,11 +180,25 @@ func (p *Pods) checkpointFrozen(ctx context.Context, podID, dir string, m *podMa
 		}
 		return fmt.Errorf("checkpoint pod %s: %w", podID, err)
 	}
+	frozen := true
 	defer func() {
+		if !frozen {
+			return
+		}
 		if err := p.thaw(ctx, podID); err != nil && retErr == nil {
 			retErr = fmt.Errorf("checkpoint pod %s: %w", podID, err)
 		}
 	}()
+	for _, c := range m.Containers {
+		if err := p.containers.Pause(ctx, c.ID); err != nil {
+			return fmt.Errorf("checkpoint pod %s: %w", podID, err)
+		}
+		paused = append(paused, c.ID)
+	}
+	if err := p.thaw(ctx, podID); err != nil {
+		return fmt.Errorf("checkpoint pod %s: %w", podID, err) // the deferred thaw tries again
+	}
+	frozen = false
 	for _, c := range m.Containers {
 		if err := p.containers.Checkpoint(ctx, c.ID, archivePath(dir, c.ID), 0); err != nil {
 			return fmt.Errorf("checkpoint pod %s: %w", podID, err)

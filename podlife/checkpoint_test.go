@@ -80,14 +80,46 @@ func (f fakeContainers) List(ctx context.Context, flt *runtimeapi.ContainerFilte
 	return out, nil
 }
 
-// Checkpoint writes a stand-in archive, and fails unless the pod is
-// frozen: every dump must see the pod at one moment.
+// Pause holds a container at the cut: it fails unless the pod is frozen.
+func (f fakeContainers) Pause(ctx context.Context, id string) error {
+	f.w.log("pause " + id[:4])
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	if !f.w.frozen {
+		return fmt.Errorf("pause %s: not at the pod's cut (pod not frozen)", id)
+	}
+	if id == f.w.failPause {
+		return fmt.Errorf("pause %s: %w", id, errdefs.ErrPrecondition)
+	}
+	if f.w.paused == nil {
+		f.w.paused = map[string]bool{}
+	}
+	f.w.paused[id] = true
+	return nil
+}
+
+func (f fakeContainers) Resume(ctx context.Context, id string) error {
+	f.w.log(fmt.Sprintf("resume %s ctxerr=%v", id[:4], ctx.Err()))
+	f.w.mu.Lock()
+	defer f.w.mu.Unlock()
+	delete(f.w.paused, id)
+	return nil
+}
+
+// Checkpoint writes a stand-in archive. Like runc and CRIU it needs the
+// container paused (held at the pod's cut) and the slice thawed: CRIU
+// hangs on tasks an ancestor cgroup keeps frozen.
 func (f fakeContainers) Checkpoint(ctx context.Context, id, location string, _ time.Duration) error {
 	f.w.log("checkpoint " + id[:4])
 	f.w.mu.Lock()
 	defer f.w.mu.Unlock()
-	if !f.w.frozen {
-		return fmt.Errorf("checkpoint %s: pod not frozen", id)
+	if f.w.frozen {
+		return fmt.Errorf("checkpoint %s: slice frozen, CRIU's parasite cannot run", id)
+	}
+	for _, c := range f.w.list {
+		if c.PodSandboxId == "pod" && c.State == runtimeapi.ContainerState_CONTAINER_RUNNING && !f.w.paused[c.Id] {
+			return fmt.Errorf("checkpoint %s: container %s not held at the cut", id, c.Id[:4])
+		}
 	}
 	if id == f.w.failCkpt {
 		return fmt.Errorf("checkpoint %s: criu failed: %w", id, errdefs.ErrPrecondition)
@@ -135,12 +167,13 @@ func TestCheckpointPodFreezesDumpsThaws(t *testing.T) {
 	if err := p.Checkpoint(context.Background(), "pod", dir, []string{hexID('a'), hexID('b')}); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"freeze pod", "checkpoint aaaa", "checkpoint bbbb", "thaw pod ctxerr=<nil>"}
+	want := []string{"freeze pod", "pause aaaa", "pause bbbb", "thaw pod ctxerr=<nil>", "checkpoint aaaa", "checkpoint bbbb",
+		"resume aaaa ctxerr=<nil>", "resume bbbb ctxerr=<nil>"}
 	if got := w.seen(); !slices.Equal(got, want) {
 		t.Errorf("calls %q, want %q", got, want)
 	}
-	if w.frozen {
-		t.Error("pod left frozen")
+	if w.frozen || len(w.paused) != 0 {
+		t.Errorf("pod left frozen (%v) or paused: %v", w.frozen, w.paused)
 	}
 	wantFiles := []string{"containers", "containers/" + hexID('a') + ".tar", "containers/" + hexID('b') + ".tar", "pod.json"}
 	if got := entries(t, dir); !slices.Equal(got, wantFiles) {
@@ -172,6 +205,7 @@ func TestCheckpointPodThawsOnEveryError(t *testing.T) {
 		{"first dump fails", func(w *world) { w.failCkpt = hexID('a') }, nil, errdefs.ErrPrecondition, true},
 		{"caller's deadline gone", func(w *world) { w.failCkpt = hexID('a') }, expired, errdefs.ErrPrecondition, true},
 		{"thaw fails", func(w *world) { w.thawErr = fmt.Errorf("bus gone: %w", errdefs.ErrUnavailable) }, nil, errdefs.ErrUnavailable, true},
+		{"second pause fails", func(w *world) { w.failPause = hexID('b') }, nil, errdefs.ErrPrecondition, true},
 		{"freeze times out", func(w *world) { w.freezeErr = fmt.Errorf("freeze: %w", errdefs.ErrDeadline) }, nil, errdefs.ErrDeadline, true},
 		// systemd refused: nothing was frozen (cgroup v1: NotSupported).
 		{"no freezer", func(w *world) { w.freezeErr = fmt.Errorf("freeze: NotSupported: %w", errdefs.ErrPrecondition) }, nil, errdefs.ErrPrecondition, false},
@@ -195,6 +229,31 @@ func TestCheckpointPodThawsOnEveryError(t *testing.T) {
 			}
 			if w.frozen && w.thawErr == nil {
 				t.Error("pod left frozen")
+			}
+			if len(w.paused) != 0 {
+				t.Errorf("containers left paused: %v", w.paused)
+			}
+			// Every container paused is resumed, after the thaw.
+			var pauses, resumes int
+			thawAt := -1
+			for i, c := range calls {
+				switch {
+				case strings.HasPrefix(c, "pause "):
+					pauses++
+				case strings.HasPrefix(c, "resume "):
+					resumes++
+					if !strings.HasSuffix(c, "ctxerr=<nil>") || i < thawAt {
+						t.Errorf("resume %q at %d, thaw at %d", c, i, thawAt)
+					}
+				case strings.HasPrefix(c, "thaw "):
+					thawAt = i
+				}
+			}
+			if w.failPause != "" {
+				pauses-- // the failed one
+			}
+			if pauses != resumes {
+				t.Errorf("%d pauses, %d resumes: %q", pauses, resumes, calls)
 			}
 			if got := entries(t, dir); len(got) != 0 {
 				t.Errorf("left in the directory: %q", got)

@@ -37,6 +37,9 @@ type Containers interface {
 	List(ctx context.Context, f *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
 	// Checkpoint writes one container's checkpoint archive to location.
 	Checkpoint(ctx context.Context, id, location string, timeout time.Duration) error
+	// Pause freezes a container's own cgroup; Resume thaws it.
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
 }
 
 // cleanupTimeout bounds the removal of a half-restored pod, which runs

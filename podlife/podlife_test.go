@@ -32,6 +32,8 @@ type world struct {
 	freezeErr, thawErr error
 	failCkpt           string // the container whose checkpoint fails
 	failCreate         string // the container whose create fails
+	failPause          string // the container whose pause fails
+	paused             map[string]bool
 	runCfg             *runtimeapi.PodSandboxConfig
 	created            []*runtimeapi.ContainerConfig
 }
