@@ -46,6 +46,11 @@ func (m *Manager) Checkpoint(ctx context.Context, id, location string, timeout t
 	if r.State != StateRunning {
 		return fmt.Errorf("checkpoint container %s: state is %s, not running: %w", r.ID, r.State, errdefs.ErrPrecondition)
 	}
+	if r.Config.GetTty() {
+		// A restore runs `runc restore` without a console socket, so the
+		// restored process would lose its terminal (docs/checkpoint.md).
+		return fmt.Errorf("checkpoint container %s: it has a terminal (tty), which podunit cannot restore: %w", r.ID, errdefs.ErrPrecondition)
+	}
 	rt, features, err := m.runtimeFeatures(r.Handler)
 	if err != nil {
 		return err
@@ -254,3 +259,31 @@ func writeFile(path string, r io.Reader) error {
 // checkpoint archive, as CRI-O and containerd accept it: an absolute path
 // to a file (no image reference starts with "/").
 func isCheckpointImage(image string) bool { return strings.HasPrefix(image, "/") }
+
+// Pause freezes a running container's own cgroup through its runtime:
+// a pod checkpoint holds each selected container there, so the pod's
+// slice can be thawed for CRIU (which cannot run its parasite in tasks
+// an ancestor cgroup keeps frozen) while the containers stay at the
+// pod's cut. Resume undoes it.
+func (m *Manager) Pause(ctx context.Context, id string) error {
+	r, rt, err := m.running(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := rt.Pause(ctx, r.ID); err != nil {
+		return fmt.Errorf("pause container %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// Resume thaws a container Pause froze.
+func (m *Manager) Resume(ctx context.Context, id string) error {
+	r, rt, err := m.running(ctx, id)
+	if err != nil {
+		return err
+	}
+	if err := rt.Resume(ctx, r.ID); err != nil {
+		return fmt.Errorf("resume container %s: %w", r.ID, err)
+	}
+	return nil
+}

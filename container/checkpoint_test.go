@@ -163,6 +163,12 @@ func TestCheckpointErrors(t *testing.T) {
 			t.Errorf("%s: err = %v, want %v", name, err, tc.want)
 		}
 	}
+	// A tty container: its restore would have no terminal.
+	e.m.ctrs[id].rec.Config.Tty = true
+	if err := e.m.Checkpoint(ctx, id, filepath.Join(dir, "x.tar"), 0); !errors.Is(err, errdefs.ErrPrecondition) || !strings.Contains(err.Error(), "tty") {
+		t.Errorf("tty container: %v", err)
+	}
+	e.m.ctrs[id].rec.Config.Tty = false
 	if len(e.rt.checkpoints) != 0 {
 		t.Errorf("runtime ran on bad input: %+v", e.rt.checkpoints)
 	}
@@ -221,5 +227,82 @@ func TestCRIULogTail(t *testing.T) {
 	}
 	if got := oci.CRIULogTail(p, 5); got != "(0.2) Error (criu/vdso.c:381): vdso: Unexpected rt vDSO area bounds" {
 		t.Errorf("tail = %q", got)
+	}
+}
+
+// What a restore request says about the process must match the
+// checkpoint; its restore-time settings replace the checkpointed ones.
+func TestRestoreTimeSettings(t *testing.T) {
+	e := checkpointEnv(t)
+	id := e.running("counter")
+	loc := filepath.Join(t.TempDir(), "ck.tar")
+	if err := e.m.Checkpoint(context.Background(), id, loc, 0); err != nil {
+		t.Fatal(err)
+	}
+	cfg := containerConfig("other-command")
+	cfg.Image.Image = loc
+	cfg.Command = []string{"sh"}
+	if _, err := e.m.Create(context.Background(), "pod1", cfg, sandboxConfig("pod1")); !errors.Is(err, errdefs.ErrInvalid) || !strings.Contains(err.Error(), "command") {
+		t.Errorf("other command: %v", err)
+	}
+	// The same command, other resources: created with the request's.
+	cfg = containerConfig("same-command")
+	cfg.Image.Image = loc
+	cfg.Linux.Resources.MemoryLimitInBytes = 128 << 20
+	rid, err := e.m.Create(context.Background(), "pod1", cfg, sandboxConfig("pod1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.m.ctrs[rid].rec.Config.GetLinux().GetResources().GetMemoryLimitInBytes(); got != 128<<20 {
+		t.Errorf("restored memory limit %d", got)
+	}
+	for _, id := range []string{id, rid} {
+		if err := e.m.Remove(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A runtime that cannot restore is refused at create.
+	e.deps.Features = map[string]oci.Features{"runc": {}}
+	e.m = e.newManager()
+	cfg = containerConfig("no-criu")
+	cfg.Image.Image = loc
+	if _, err := e.m.Create(context.Background(), "pod1", cfg, sandboxConfig("pod1")); !errors.Is(err, errdefs.ErrPrecondition) {
+		t.Errorf("runtime without CRIU: %v", err)
+	}
+	e.assertClean()
+}
+
+func TestRestoreTimeSettingsRules(t *testing.T) {
+	ckpt := func() *runtimeapi.ContainerConfig {
+		return &runtimeapi.ContainerConfig{
+			Command: []string{"sh"}, Args: []string{"-c", "x"}, WorkingDir: "/w",
+			Envs:   []*runtimeapi.KeyValue{{Key: "A", Value: []byte("1")}, {Key: "B", Value: []byte("2")}},
+			Mounts: []*runtimeapi.Mount{{ContainerPath: "/data", HostPath: "/var/lib/kubelet/pods/old/volumes/data"}},
+		}
+	}
+	newMounts := []*runtimeapi.Mount{{ContainerPath: "/data/", HostPath: "/var/lib/kubelet/pods/new/volumes/data"}}
+	for name, tc := range map[string]struct {
+		req *runtimeapi.ContainerConfig
+		ok  bool
+	}{
+		"nothing said":         {&runtimeapi.ContainerConfig{}, true},
+		"same process":         {ckpt(), true},
+		"env in another order": {&runtimeapi.ContainerConfig{Envs: []*runtimeapi.KeyValue{{Key: "B", Value: []byte("2")}, {Key: "A", Value: []byte("1")}}}, true},
+		"new volume paths":     {&runtimeapi.ContainerConfig{Mounts: newMounts}, true},
+		"other args":           {&runtimeapi.ContainerConfig{Args: []string{"-c", "y"}}, false},
+		"other workdir":        {&runtimeapi.ContainerConfig{WorkingDir: "/"}, false},
+		"other env":            {&runtimeapi.ContainerConfig{Envs: []*runtimeapi.KeyValue{{Key: "A", Value: []byte("9")}}}, false},
+		"other mount":          {&runtimeapi.ContainerConfig{Mounts: []*runtimeapi.Mount{{ContainerPath: "/other"}}}, false},
+		"one mount more":       {&runtimeapi.ContainerConfig{Mounts: append(slices.Clone(newMounts), &runtimeapi.Mount{ContainerPath: "/x"})}, false},
+	} {
+		cfg := ckpt()
+		err := restoreTimeSettings(cfg, tc.req)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: err %v, want ok=%v", name, err, tc.ok)
+		}
+		if name == "new volume paths" && cfg.Mounts[0].HostPath != newMounts[0].HostPath {
+			t.Errorf("mounts not taken from the request: %v", cfg.Mounts)
+		}
 	}
 }

@@ -148,6 +148,8 @@ type fakeRuntime struct {
 	// checkpoints are the Checkpoint calls; checkpointErr fails them.
 	checkpoints   []oci.Checkpoint
 	checkpointErr error
+	paused        []string
+	resumed       []string
 }
 
 func (r *fakeRuntime) Name() string { return "runc" }
@@ -192,6 +194,20 @@ func (r *fakeRuntime) Checkpoint(ctx context.Context, id string, ck oci.Checkpoi
 		return r.checkpointErr
 	}
 	return os.WriteFile(filepath.Join(ck.ImagePath, "inventory.img"), []byte("criu"), 0o600)
+}
+
+func (r *fakeRuntime) Pause(ctx context.Context, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.paused = append(r.paused, id)
+	return nil
+}
+
+func (r *fakeRuntime) Resume(ctx context.Context, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.resumed = append(r.resumed, id)
+	return nil
 }
 
 func (r *fakeRuntime) OwnCgroup() bool { return !r.noCgroup }

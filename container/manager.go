@@ -292,6 +292,9 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 	if err != nil {
 		return "", err
 	}
+	if restore != "" && !features.Checkpoint {
+		return "", fmt.Errorf("create container %q from a checkpoint: runtime handler %s cannot restore (built without CRIU): %w", cfg.GetMetadata().GetName(), rt.Name(), errdefs.ErrPrecondition)
+	}
 	if err := m.checkUnified(rt, cfg.GetLinux().GetResources().GetUnified()); err != nil {
 		return "", fmt.Errorf("create container %q: %w", cfg.GetMetadata().GetName(), err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	metadata "github.com/checkpoint-restore/checkpointctl/lib"
 	securejoin "github.com/cyphar/filepath-securejoin"
@@ -74,6 +75,9 @@ func (m *Manager) openCheckpoint(req *runtimeapi.ContainerConfig) (cfg *runtimea
 	if err := protojson.Unmarshal(b, cfg); err != nil {
 		return nil, "", bad(criDumpFile, err)
 	}
+	if err := restoreTimeSettings(cfg, req); err != nil {
+		return nil, "", bad("the request does not fit the checkpoint", err)
+	}
 	cfg.Metadata = proto.Clone(req.GetMetadata()).(*runtimeapi.ContainerMetadata)
 	if req.Labels != nil {
 		cfg.Labels = req.Labels
@@ -92,6 +96,61 @@ func (m *Manager) openCheckpoint(req *runtimeapi.ContainerConfig) (cfg *runtimea
 	}
 	cfg.Image = &runtimeapi.ImageSpec{Image: img}
 	return cfg, dir, nil
+}
+
+// restoreTimeSettings checks what a request says about the checkpointed
+// process against the checkpoint and takes its restore-time settings
+// (KEP-5823's rule, also for a plain CreateContainer from an archive):
+// command, args, working directory and environment, when the request sets
+// them, must be the checkpointed ones (they describe the process, they
+// cannot change it); mounts, when set, replace the checkpointed ones (a
+// restored pod's volumes live under its new UID) but must have the same
+// destinations, which CRIU's images expect; Linux resources, when set,
+// replace the checkpointed ones.
+func restoreTimeSettings(cfg, req *runtimeapi.ContainerConfig) error {
+	if len(req.GetCommand()) > 0 && !slices.Equal(req.GetCommand(), cfg.GetCommand()) {
+		return fmt.Errorf("command %q, checkpointed %q", req.GetCommand(), cfg.GetCommand())
+	}
+	if len(req.GetArgs()) > 0 && !slices.Equal(req.GetArgs(), cfg.GetArgs()) {
+		return fmt.Errorf("args %q, checkpointed %q", req.GetArgs(), cfg.GetArgs())
+	}
+	if req.GetWorkingDir() != "" && req.GetWorkingDir() != cfg.GetWorkingDir() {
+		return fmt.Errorf("working directory %q, checkpointed %q", req.GetWorkingDir(), cfg.GetWorkingDir())
+	}
+	if len(req.GetEnvs()) > 0 && !slices.Equal(envSet(req.GetEnvs()), envSet(cfg.GetEnvs())) {
+		return fmt.Errorf("environment differs from the checkpointed one")
+	}
+	if len(req.GetMounts()) > 0 {
+		if !slices.Equal(mountDests(req.GetMounts()), mountDests(cfg.GetMounts())) {
+			return fmt.Errorf("mount destinations %q, checkpointed %q", mountDests(req.GetMounts()), mountDests(cfg.GetMounts()))
+		}
+		cfg.Mounts = req.GetMounts()
+	}
+	if res := req.GetLinux().GetResources(); res != nil {
+		if cfg.Linux == nil {
+			cfg.Linux = &runtimeapi.LinuxContainerConfig{}
+		}
+		cfg.Linux.Resources = res
+	}
+	return nil
+}
+
+func envSet(kv []*runtimeapi.KeyValue) []string {
+	out := make([]string, 0, len(kv))
+	for _, e := range kv {
+		out = append(out, e.GetKey()+"="+string(e.GetValue()))
+	}
+	slices.Sort(out)
+	return out
+}
+
+func mountDests(ms []*runtimeapi.Mount) []string {
+	out := make([]string, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, filepath.Clean(m.GetContainerPath()))
+	}
+	slices.Sort(out)
+	return out
 }
 
 // applyRootfsDiff replays the checkpointed container's changes to its

@@ -69,6 +69,8 @@ func (ctrTestRuntime) RestoreArgv(id, b, p, l string, ck oci.Checkpoint) []strin
 func (ctrTestRuntime) Checkpoint(ctx context.Context, id string, ck oci.Checkpoint) error {
 	return errdefs.ErrUnimplemented
 }
+func (ctrTestRuntime) Pause(ctx context.Context, id string) error  { return nil }
+func (ctrTestRuntime) Resume(ctx context.Context, id string) error { return nil }
 func (ctrTestRuntime) Features(ctx context.Context) (oci.Features, error) {
 	return oci.Features{Source: "test"}, nil
 }
@@ -87,10 +89,18 @@ func (ctrTestRuntime) Exec(ctx context.Context, id string, p oci.ExecProcess) (i
 // runs. hub, if not nil, receives the container events.
 func newManagers(t testing.TB, hub *events.Hub) (*sandbox.Manager, *container.Manager) {
 	t.Helper()
+	pods, ctrs, _ := newManagersSD(t, hub)
+	return pods, ctrs
+}
+
+// newManagersSD also returns the pods' systemd.
+func newManagersSD(t testing.TB, hub *events.Hub) (*sandbox.Manager, *container.Manager, *systemdtest.Fake) {
+	t.Helper()
 	dir := t.TempDir()
+	podSD := systemdtest.New()
 	pods, err := sandbox.New(sandbox.Options{
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
-		Network: podTestNet{}, Systemd: systemdtest.New(), Handlers: []string{"runc"},
+		Network: podTestNet{}, Systemd: podSD, Handlers: []string{"runc"},
 		ParentSlice: config.Default().Systemd.ParentSlice, OpTimeout: config.Default().Systemd.CallTimeout.D(),
 	})
 	if err != nil {
@@ -114,7 +124,7 @@ func newManagers(t testing.TB, hub *events.Hub) (*sandbox.Manager, *container.Ma
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pods, ctrs
+	return pods, ctrs, podSD
 }
 
 func TestContainerRPCs(t *testing.T) {

@@ -75,10 +75,10 @@ type Server struct {
 // New builds the server from its dependencies.
 func New(d Deps) *Server {
 	s := &Server{cfg: d.Config, sd: d.Systemd, images: d.Images, pods: d.Pods, ctrs: d.Containers, logs: d.Logs, stream: d.Stream, stats: d.Stats, version: d.Version, handlers: d.Handlers, log: d.Logger, network: d.Network}
-	s.life = podlife.New(s.pods, s.ctrs)
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	s.life = podlife.New(s.pods, s.ctrs, s.log)
 	if s.network == nil {
 		s.network = func(context.Context) error { return cniConfigured(s.cfg().CNI.ConfDir) }
 	}

@@ -60,6 +60,25 @@ func (c *CLI) Checkpoint(ctx context.Context, id string, ck Checkpoint) error {
 	return err
 }
 
+// PauseArgv freezes the container's own cgroup; ResumeArgv thaws it.
+// CRIU dumps a paused container and leaves it paused: it reads the
+// cgroup's own freezer state, thaws the cgroup to run its parasite in
+// the seized tasks, and freezes it again before it lets them go.
+func (c *CLI) PauseArgv(id string) []string  { return append(c.global(), "pause", id) }
+func (c *CLI) ResumeArgv(id string) []string { return append(c.global(), "resume", id) }
+
+// Pause implements Runtime.
+func (c *CLI) Pause(ctx context.Context, id string) error {
+	_, err := c.command(ctx, c.PauseArgv(id))
+	return err
+}
+
+// Resume implements Runtime.
+func (c *CLI) Resume(ctx context.Context, id string) error {
+	_, err := c.command(ctx, c.ResumeArgv(id))
+	return err
+}
+
 // RestoreLog is where CRIU writes the log of a restore from ck.
 func (ck Checkpoint) RestoreLog() string { return filepath.Join(ck.WorkPath, criuRestoreLog) }
 

@@ -39,6 +39,8 @@ func TestArgvGolden(t *testing.T) {
 			{"update", c.updateArgv("ctr1")},
 			{"checkpoint", c.CheckpointArgv("ctr1", Checkpoint{ImagePath: "/var/lib/podunit/ctr1/checkpoint", WorkPath: "/run/podunit/ctr1/criu"})},
 			{"restore", c.RestoreArgv("ctr1", "/run/podunit/bundles/ctr1", "/run/podunit/bundles/ctr1/pid", "/run/podunit/ctr1/runtime.log", Checkpoint{ImagePath: "/var/lib/podunit/ctr1/checkpoint", WorkPath: "/run/podunit/ctr1/criu"})},
+			{"pause", c.PauseArgv("ctr1")},
+			{"resume", c.ResumeArgv("ctr1")},
 			{"features", c.featuresArgv()},
 			{"version", c.versionArgv()},
 		} {

@@ -52,6 +52,11 @@ type Runtime interface {
 	RestoreArgv(id, bundle, pidFile, logFile string, ck Checkpoint) []string
 	// Checkpoint runs CheckpointArgv; a CRIU failure carries CRIU's log.
 	Checkpoint(ctx context.Context, id string, ck Checkpoint) error
+	// Pause freezes the container's own cgroup (`pause`), Resume thaws
+	// it (`resume`): a pod checkpoint holds each container there while
+	// the others are dumped (docs/checkpoint.md).
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
 	// Features asks the runtime what it supports on this host (bounded by
 	// FeaturesTimeout). It runs a command: callers probe once at start
 	// and keep the answer.

@@ -8,15 +8,25 @@ package podlife
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/podunit/podunit/sandbox"
 )
 
 // Sandboxes is the pod manager (sandbox.Manager).
 type Sandboxes interface {
+	Run(ctx context.Context, cfg *runtimeapi.PodSandboxConfig, handler string) (string, error)
+	Get(ctx context.Context, id string) (*sandbox.Sandbox, error)
 	Stop(ctx context.Context, id string) error
 	Remove(ctx context.Context, id string) error
+	// Freeze and Thaw stop and resume every process of a pod at once
+	// (its slice, through systemd's freezer).
+	Freeze(ctx context.Context, id string) error
+	Thaw(ctx context.Context, id string) error
 }
 
 // Containers is the container manager (container.Manager).
@@ -24,7 +34,17 @@ type Containers interface {
 	Create(ctx context.Context, podID string, cfg *runtimeapi.ContainerConfig, sandboxCfg *runtimeapi.PodSandboxConfig) (string, error)
 	StopPodContainers(ctx context.Context, podID string) error
 	RemovePodContainers(ctx context.Context, podID string) error
+	List(ctx context.Context, f *runtimeapi.ContainerFilter) ([]*runtimeapi.Container, error)
+	// Checkpoint writes one container's checkpoint archive to location.
+	Checkpoint(ctx context.Context, id, location string, timeout time.Duration) error
+	// Pause freezes a container's own cgroup; Resume thaws it.
+	Pause(ctx context.Context, id string) error
+	Resume(ctx context.Context, id string) error
 }
+
+// cleanupTimeout bounds the removal of a half-restored pod, which runs
+// after the caller's deadline may have passed.
+const cleanupTimeout = 30 * time.Second
 
 // Pods orchestrates pod-wide operations. Every container create and every
 // pod stop or remove must go through one Pods, or its guarantees do not
@@ -32,6 +52,7 @@ type Containers interface {
 type Pods struct {
 	sandboxes  Sandboxes
 	containers Containers
+	log        *slog.Logger
 
 	mu    sync.Mutex
 	gates map[string]*gate
@@ -45,8 +66,8 @@ type gate struct {
 }
 
 // New returns a Pods over the two managers.
-func New(s Sandboxes, c Containers) *Pods {
-	return &Pods{sandboxes: s, containers: c, gates: map[string]*gate{}}
+func New(s Sandboxes, c Containers, log *slog.Logger) *Pods {
+	return &Pods{sandboxes: s, containers: c, log: log, gates: map[string]*gate{}}
 }
 
 func (p *Pods) acquire(podID string) *gate {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -23,6 +24,18 @@ type world struct {
 	failCtr  error
 	inCreate chan struct{} // closed once a Create has started, if set
 	release  chan struct{} // a Create waits for it, if set
+
+	// checkpoint and restore (checkpoint_test.go)
+	sharedPID          bool
+	list               []*runtimeapi.Container
+	frozen             bool
+	freezeErr, thawErr error
+	failCkpt           string // the container whose checkpoint fails
+	failCreate         string // the container whose create fails
+	failPause          string // the container whose pause fails
+	paused             map[string]bool
+	runCfg             *runtimeapi.PodSandboxConfig
+	created            []*runtimeapi.ContainerConfig
 }
 
 func (w *world) log(s string) {
@@ -71,6 +84,10 @@ func (f fakeContainers) Create(ctx context.Context, podID string, cfg *runtimeap
 		return "", fmt.Errorf("pod %s is not ready: %w", podID, errdefs.ErrPrecondition)
 	}
 	id := cfg.GetMetadata().GetName()
+	if id == f.w.failCreate {
+		return "", fmt.Errorf("create %s: %w", id, errdefs.ErrInvalid)
+	}
+	f.w.created = append(f.w.created, cfg)
 	f.w.ctrs = append(f.w.ctrs, id)
 	f.w.calls = append(f.w.calls, "create "+id)
 	return id, nil
@@ -98,7 +115,7 @@ func (f fakeContainers) RemovePodContainers(ctx context.Context, podID string) e
 	return nil
 }
 
-func newPods(w *world) *Pods { return New(fakeSandboxes{w}, fakeContainers{w}) }
+func newPods(w *world) *Pods { return New(fakeSandboxes{w}, fakeContainers{w}, slog.Default()) }
 
 func ctrConfig(name string) *runtimeapi.ContainerConfig {
 	return &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: name}}
@@ -195,7 +212,7 @@ func TestCreateDuringStopDoesNotLeak(t *testing.T) {
 func TestGatesArePerPod(t *testing.T) {
 	w := &world{ready: true}
 	bs := blockingStop{fakeContainers{w}, make(chan struct{}), make(chan struct{})}
-	p := New(fakeSandboxes{w}, bs)
+	p := New(fakeSandboxes{w}, bs, slog.Default())
 	ctx := context.Background()
 	done := make(chan error, 1)
 	go func() { done <- p.Stop(ctx, "slow") }()

@@ -38,6 +38,15 @@ type Conn interface {
 	// interface for iface "Unit", otherwise of every interface (Unit and
 	// Service/Slice...). ErrNotFound if the unit is not loaded.
 	UnitProperties(ctx context.Context, name, iface string) (map[string]any, error)
+	// FreezeUnit freezes every process of a unit (a slice: of the units
+	// below it) through the cgroup freezer and returns once systemd
+	// reports the unit frozen. ErrPrecondition where systemd cannot
+	// freeze (cgroup v1, an inactive unit, a freezer operation already
+	// under way), ErrNotFound if the unit is not loaded.
+	FreezeUnit(ctx context.Context, name string) error
+	// ThawUnit undoes FreezeUnit; a unit that is not frozen is thawed
+	// already, so it returns nil. ErrNotFound if the unit is not loaded.
+	ThawUnit(ctx context.Context, name string) error
 	// ListUnits returns loaded units whose names match the glob patterns.
 	ListUnits(ctx context.Context, patterns ...string) ([]UnitStatus, error)
 	// Ping checks that systemd answers on the bus.

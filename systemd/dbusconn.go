@@ -17,6 +17,13 @@ const (
 	errUnitExists = "org.freedesktop.systemd1.UnitExists"
 	errNoSuchUnit = "org.freedesktop.systemd1.NoSuchUnit"
 	errNotLoaded  = "org.freedesktop.systemd1.LoadFailed"
+	// FreezeUnit's refusals (systemd 252 src/core/dbus-unit.c): no
+	// cgroup v2 freezer (cgroup v1 hosts, where systemd does not use the
+	// v1 freezer controller), a unit that is not active or cannot be
+	// frozen, a freezer operation still in progress.
+	errNotSupported = "org.freedesktop.DBus.Error.NotSupported"
+	errUnitInactive = "org.freedesktop.systemd1.UnitInactive"
+	errUnitBusy     = "org.freedesktop.systemd1.UnitBusy"
 )
 
 // Options configure the D-Bus adapter.
@@ -144,6 +151,8 @@ func (d *DBus) classify(ctx context.Context, op string, c *sd.Conn, err error) e
 			return fmt.Errorf("%s: %v: %w", op, err, errdefs.ErrNotFound)
 		case errUnitExists:
 			return fmt.Errorf("%s: %v: %w", op, err, errdefs.ErrExists)
+		case errNotSupported, errUnitInactive, errUnitBusy:
+			return fmt.Errorf("%s: %v: %w", op, err, errdefs.ErrPrecondition)
 		}
 		return fmt.Errorf("%s: %w", op, err)
 	}
@@ -279,6 +288,20 @@ func (d *DBus) UnitProperties(ctx context.Context, name, iface string) (map[stri
 		return nil, fmt.Errorf("unit %s: %w", name, errdefs.ErrNotFound)
 	}
 	return out, nil
+}
+
+// FreezeUnit: systemd answers the call only once the cgroup reports
+// frozen (or the freeze failed), so the call's deadline bounds the wait.
+func (d *DBus) FreezeUnit(ctx context.Context, name string) error {
+	return d.call(ctx, "FreezeUnit "+name, func(ctx context.Context, c *sd.Conn) error {
+		return c.FreezeUnit(ctx, name)
+	})
+}
+
+func (d *DBus) ThawUnit(ctx context.Context, name string) error {
+	return d.call(ctx, "ThawUnit "+name, func(ctx context.Context, c *sd.Conn) error {
+		return c.ThawUnit(ctx, name)
+	})
 }
 
 func (d *DBus) ListUnits(ctx context.Context, patterns ...string) ([]UnitStatus, error) {

@@ -18,6 +18,7 @@ type Unit struct {
 	Props       map[string]any // as given, godbus Variant values unwrapped
 	ActiveState string         // "active", "inactive", "failed"
 	Signals     []int32        // signals delivered by KillUnit
+	Frozen      bool           // FreezeUnit'd and not thawed since
 }
 
 // Fake is an in-memory Conn for unit tests. StartFunc and StopFunc, when
@@ -28,7 +29,10 @@ type Fake struct {
 	Calls     []string
 	StartFunc func(u *Unit) systemd.JobResult
 	StopFunc  func(u *Unit) systemd.JobResult
-	Down      bool // every call fails with ErrUnavailable
+	// FreezeErr and ThawErr, when set, are what FreezeUnit and ThawUnit
+	// answer (the unit's state is left as it was).
+	FreezeErr, ThawErr error
+	Down               bool // every call fails with ErrUnavailable
 }
 
 var _ systemd.Conn = (*Fake)(nil)
@@ -145,6 +149,45 @@ func (f *Fake) UnitProperties(ctx context.Context, name, iface string) (map[stri
 		out[k] = v
 	}
 	return out, nil
+}
+
+// FreezeUnit freezes an active unit; a slice's units below it are frozen
+// with it, as systemd does.
+func (f *Fake) FreezeUnit(ctx context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("freeze " + name); err != nil {
+		return err
+	}
+	u, ok := f.Units[name]
+	if !ok {
+		return fmt.Errorf("unit %s: %w", name, errdefs.ErrNotFound)
+	}
+	if f.FreezeErr != nil {
+		return f.FreezeErr
+	}
+	if u.ActiveState != "active" {
+		return fmt.Errorf("unit %s is inactive: %w", name, errdefs.ErrPrecondition)
+	}
+	u.Frozen = true
+	return nil
+}
+
+func (f *Fake) ThawUnit(ctx context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("thaw " + name); err != nil {
+		return err
+	}
+	u, ok := f.Units[name]
+	if !ok {
+		return fmt.Errorf("unit %s: %w", name, errdefs.ErrNotFound)
+	}
+	if f.ThawErr != nil {
+		return f.ThawErr
+	}
+	u.Frozen = false
+	return nil
 }
 
 func (f *Fake) ListUnits(ctx context.Context, patterns ...string) ([]systemd.UnitStatus, error) {
