@@ -1,0 +1,98 @@
+package mountns
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestWrap(t *testing.T) {
+	argv := []string{"/usr/bin/podunit", "_stdio", "--", "/usr/sbin/runc", "create"}
+	if got := Wrap("", argv); !slices.Equal(got, argv) {
+		t.Errorf("no pin: %q", got)
+	}
+	want := append([]string{"/usr/bin/nsenter", "--mount=/run/podunit/mntns/mnt", "--"}, argv...)
+	if got := Wrap(Pin("/run/podunit"), argv); !slices.Equal(got, want) {
+		t.Errorf("Wrap = %q, want %q", got, want)
+	}
+	if got := Wrap(Pin("/run/podunit"), nil); got != nil {
+		t.Errorf("empty argv: %q", got)
+	}
+}
+
+// pinned tells a pinned mount namespace (its inode) from a bare file or
+// no file (0) and refuses a pin of another namespace type.
+func TestPinned(t *testing.T) {
+	dir := t.TempDir()
+	bare := filepath.Join(dir, "mnt")
+	if err := os.WriteFile(bare, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{bare, filepath.Join(dir, "missing")} {
+		if ino, err := pinned(p); err != nil || ino != 0 {
+			t.Errorf("pinned(%s) = %d, %v; want 0", p, ino, err)
+		}
+	}
+	self, err := nsInode("/proc/self/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ino, err := pinned("/proc/self/ns/mnt"); err != nil || ino != self {
+		t.Errorf("pinned(own namespace) = %d, %v; want %d", ino, err, self)
+	}
+	if _, err := pinned("/proc/self/ns/net"); err == nil {
+		t.Error("a network namespace passed for a mount namespace")
+	}
+}
+
+// Enter in the namespace it was re-executed into returns at once; one
+// that is not the namespace the re-exec announced is an error, not a loop.
+func TestEnterAfterReexec(t *testing.T) {
+	self, err := nsInode("/proc/self/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(enteredEnv, "1")
+	if err := Enter(filepath.Join(t.TempDir(), "mnt")); err == nil {
+		t.Error("Enter accepted a namespace other than the announced one")
+	}
+	t.Setenv(enteredEnv, strconv.FormatUint(self, 10))
+	if err := Enter(filepath.Join(t.TempDir(), "mnt")); err != nil {
+		t.Errorf("Enter in the announced namespace: %v", err)
+	}
+	if v, ok := os.LookupEnv(enteredEnv); ok {
+		t.Errorf("%s=%s left for the children", enteredEnv, v)
+	}
+}
+
+// BindFromHost attaches a clone of a path of the "host" namespace (here
+// the test's own) that shows the same files and is a mount of its own.
+func TestBindFromHost(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts")
+	}
+	old := hostNS
+	hostNS = "/proc/self/ns/mnt"
+	t.Cleanup(func() { hostNS = old })
+	src, dst := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := BindFromHost(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dst, unix.MNT_DETACH) })
+	if !IsMountPoint(dst) {
+		t.Fatalf("%s is not a mount point", dst)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, "f")); err != nil || string(b) != "x" {
+		t.Fatalf("clone shows %q, %v", b, err)
+	}
+	if err := BindFromHost(filepath.Join(src, "missing"), dst); err == nil {
+		t.Error("a missing source was cloned")
+	}
+}
