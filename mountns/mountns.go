@@ -19,6 +19,7 @@ package mountns
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -150,7 +151,12 @@ func nsInode(p string) (uint64, error) {
 // keeps two podunit processes from pinning two namespaces.
 func create(pin string) (uint64, error) {
 	dir := filepath.Dir(pin)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// The run dir above keeps the mode podunit gives it (0711: runtimes
+	// in a pod's user namespace search it); only the pin's is private.
+	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
+		return 0, fmt.Errorf("mount namespace pin dir: %w", err)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return 0, fmt.Errorf("mount namespace pin dir: %w", err)
 	}
 	lock, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
