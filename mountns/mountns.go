@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -52,11 +53,21 @@ var hostNS = "/proc/1/ns/mnt"
 // namespace file where the bind would propagate into that namespace.
 func Pin(runDir string) string { return filepath.Join(runDir, "mntns", "mnt") }
 
+// ErrHostMounts: there is no namespace yet, but podunit's mounts are in
+// the host's (containers started before the switch was turned on, e.g.
+// across a package upgrade). A namespace created now would hold slave
+// copies of them, and podunit's unmounts there would leave the host's in
+// place; podunit stays in the host's namespace until they are gone.
+var ErrHostMounts = errors.New("podunit's mounts are in the host's mount namespace")
+
 // Enter makes the calling process run in the namespace pinned at pin,
 // creating and pinning it first when there is none. Unless the process
 // already runs in it, Enter does not return on success: it re-executes the
-// process's own binary with the same arguments through nsenter.
-func Enter(pin string) error {
+// process's own binary with the same arguments through nsenter. owned are
+// directories below which podunit mounts (the run dir, the image store's
+// overlay directory): a mount there in the caller's namespace keeps Enter
+// from creating one (ErrHostMounts).
+func Enter(pin string, owned []string) error {
 	self, err := nsInode("/proc/self/ns/mnt")
 	if err != nil {
 		return err
@@ -73,6 +84,13 @@ func Enter(pin string) error {
 		return err
 	}
 	if ino == 0 {
+		mi, err := os.ReadFile("/proc/self/mountinfo")
+		if err != nil {
+			return fmt.Errorf("mount namespace: %w", err)
+		}
+		if p := mountUnder(string(mi), owned, filepath.Dir(pin)); p != "" {
+			return fmt.Errorf("%w (%s)", ErrHostMounts, p)
+		}
 		if ino, err = create(pin); err != nil {
 			return err
 		}
@@ -103,6 +121,27 @@ func Wrap(pin string, argv []string) []string {
 		return argv
 	}
 	return append([]string{Nsenter, "--mount=" + pin, "--"}, argv...)
+}
+
+// mountUnder returns the first mount point of mountinfo strictly below one
+// of dirs and not below except, "" when there is none.
+func mountUnder(mountinfo string, dirs []string, except string) string {
+	for _, l := range strings.Split(mountinfo, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 5 {
+			continue
+		}
+		p := f[4] // octal escapes (\040) do not matter for a prefix test of clean paths
+		if p == except || strings.HasPrefix(p, except+"/") {
+			continue
+		}
+		for _, d := range dirs {
+			if strings.HasPrefix(p, filepath.Clean(d)+"/") {
+				return p
+			}
+		}
+	}
+	return ""
 }
 
 // pinned returns the inode of the mount namespace pinned at pin, 0 when

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -57,11 +58,11 @@ func TestEnterAfterReexec(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv(enteredEnv, "1")
-	if err := Enter(filepath.Join(t.TempDir(), "mnt")); err == nil {
+	if err := Enter(filepath.Join(t.TempDir(), "mnt"), nil); err == nil {
 		t.Error("Enter accepted a namespace other than the announced one")
 	}
 	t.Setenv(enteredEnv, strconv.FormatUint(self, 10))
-	if err := Enter(filepath.Join(t.TempDir(), "mnt")); err != nil {
+	if err := Enter(filepath.Join(t.TempDir(), "mnt"), nil); err != nil {
 		t.Errorf("Enter in the announced namespace: %v", err)
 	}
 	if v, ok := os.LookupEnv(enteredEnv); ok {
@@ -94,5 +95,29 @@ func TestBindFromHost(t *testing.T) {
 	}
 	if err := BindFromHost(filepath.Join(src, "missing"), dst); err == nil {
 		t.Error("a missing source was cloned")
+	}
+}
+
+// A container's rootfs or a pod's pin in the host's table stops a new
+// namespace; the overlay directory's own private mount and the pin's
+// directory do not.
+func TestMountUnder(t *testing.T) {
+	mi := `22 1 0:21 / /run rw - tmpfs tmpfs rw
+30 22 254:0 /var/lib/podunit/storage/overlay /var/lib/podunit/storage/overlay rw - ext4 /dev/vda rw
+31 22 0:40 / /run/podunit/mntns rw - tmpfs tmpfs rw
+32 31 0:4 mnt:[4026532000] /run/podunit/mntns/mnt rw - nsfs nsfs rw
+`
+	owned := []string{"/run/podunit", "/var/lib/podunit/storage/overlay"}
+	if p := mountUnder(mi, owned, "/run/podunit/mntns"); p != "" {
+		t.Errorf("no pods: found %s", p)
+	}
+	for _, extra := range []string{
+		"40 30 0:50 / /var/lib/podunit/storage/overlay/abc/merged rw - overlay overlay rw\n",
+		"41 22 0:4 net:[4026532001] /run/podunit/netns/pod1 rw - nsfs nsfs rw\n",
+	} {
+		want := strings.Fields(extra)[4]
+		if p := mountUnder(mi+extra, owned, "/run/podunit/mntns"); p != want {
+			t.Errorf("mountUnder = %q, want %q", p, want)
+		}
 	}
 }

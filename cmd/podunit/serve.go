@@ -61,7 +61,11 @@ func runServe(args []string) int {
 	// First of all: podunit re-executes itself inside its mount
 	// namespace here (same PID), before it opens or mounts anything.
 	if pin := mountNS(cfg); pin != "" {
-		if err := mountns.Enter(pin); err != nil {
+		owned := []string{cfg.Paths.RunDir, filepath.Join(cfg.Image.StorageRoot, "overlay")}
+		if err := mountns.Enter(pin, owned); errors.Is(err, mountns.ErrHostMounts) {
+			fmt.Fprintf(os.Stderr, "podunit: no private mount namespace: %v; podunit mounts in the host's until they are gone (drain the node or reboot)\n", err)
+			cfg.Runtime.PrivateMountNamespace = false
+		} else if err != nil {
 			fmt.Fprintf(os.Stderr, "podunit: %v\n", err)
 			return 1
 		}
