@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -31,13 +30,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Tools from util-linux (Debian's essential set): nsenter enters the
-// namespace and execs the command (no extra process); unshare creates and
-// pins it.
-const (
-	Nsenter = "/usr/bin/nsenter"
-	unshare = "/usr/bin/unshare"
-)
+// Nsenter (util-linux, in Debian's essential set) enters the namespace and
+// execs the command: no extra process.
+const Nsenter = "/usr/bin/nsenter"
 
 // enteredEnv carries the namespace's inode across the re-exec, so the new
 // image knows it is inside (in the namespace the pin path shows only the
@@ -47,6 +42,13 @@ const enteredEnv = "PODUNIT_MNTNS_INODE"
 // hostNS is the host's mount namespace: PID 1's, the one podunit hides
 // its mounts from.
 var hostNS = "/proc/1/ns/mnt"
+
+// The main goroutine keeps the main thread for the life of the process
+// (init runs on it). The throw-away threads below leave the process's
+// mount namespace, and one of them must never be the main thread: the
+// runtime would keep it, wedged, in the other namespace, and /proc/self
+// (mountinfo, the garbage collectors' view) shows the main thread's.
+func init() { runtime.LockOSThread() }
 
 // Pin is the namespace file under runDir. Its directory is a private mount
 // of its own in the host namespace: the kernel refuses to bind a mount
@@ -185,6 +187,43 @@ func nsInode(p string) (uint64, error) {
 	return st.Ino, nil
 }
 
+// newPinned creates the namespace on a throw-away thread (unshare of a
+// mount namespace also gives the thread a filesystem context of its own),
+// makes every mount in it a slave, and binds its namespace file on pin from
+// another thread, still in the caller's namespace: a bind made from inside
+// would land in the new namespace, and the kernel refuses to bind a
+// namespace into itself. (unshare(1) --mount=FILE does the same with a
+// forked child, but failed now and then with EINVAL in the test harness.)
+func newPinned(pin string) error {
+	type made struct {
+		tid int
+		err error
+	}
+	ready := make(chan made, 1)
+	done := make(chan struct{})
+	go func() {
+		// Never unlocked: the thread has left the process's namespace
+		// and must exit with this goroutine.
+		runtime.LockOSThread()
+		err := unix.Unshare(unix.CLONE_NEWNS)
+		if err == nil {
+			err = unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, "")
+		}
+		ready <- made{unix.Gettid(), err}
+		<-done
+	}()
+	m := <-ready
+	defer close(done)
+	if m.err != nil {
+		return fmt.Errorf("mount namespace: create: %w", m.err)
+	}
+	src := fmt.Sprintf("/proc/%d/task/%d/ns/mnt", os.Getpid(), m.tid)
+	if err := unix.Mount(src, pin, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mount namespace: pin %s: %w", pin, err)
+	}
+	return nil
+}
+
 // create makes the namespace, a copy of the caller's with every mount a
 // slave of the caller's, and pins it at pin. A lock file next to the pin
 // keeps two podunit processes from pinning two namespaces.
@@ -222,14 +261,12 @@ func create(pin string) (uint64, error) {
 		return 0, fmt.Errorf("mount namespace pin: %w", err)
 	}
 	f.Close()
-	// unshare(1) forks a child in this namespace that binds the new
-	// namespace's file on pin once it exists, then runs `true` inside.
-	if out, err := exec.Command(unshare, "--mount="+pin, "--propagation=slave", "true").CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("mount namespace: %s: %w: %s", unshare, err, out)
+	if err := newPinned(pin); err != nil {
+		return 0, err
 	}
 	ino, err := pinned(pin)
 	if err == nil && ino == 0 {
-		err = fmt.Errorf("mount namespace: %s left nothing pinned at %s", unshare, pin)
+		err = fmt.Errorf("mount namespace: nothing pinned at %s", pin)
 	}
 	return ino, err
 }

@@ -2,6 +2,7 @@ package mountns
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -119,5 +120,61 @@ func TestMountUnder(t *testing.T) {
 		if p := mountUnder(mi+extra, owned, "/run/podunit/mntns"); p != want {
 			t.Errorf("mountUnder = %q, want %q", p, want)
 		}
+	}
+}
+
+// create pins a new namespace whose mounts are slaves of the caller's: a
+// mount made outside afterwards shows inside, one made inside stays there.
+func TestCreatePinsASlaveNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts")
+	}
+	if _, err := os.Stat(Nsenter); err != nil {
+		t.Skip("no nsenter")
+	}
+	// base is a shared mount, as systemd makes every host mount: only
+	// then do mounts propagate (to the new namespace's slave copy).
+	base := t.TempDir()
+	if err := unix.Mount(base, base, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(base, unix.MNT_DETACH) })
+	if err := unix.Mount("", base, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	pin := filepath.Join(base, "mntns", "mnt")
+	ino, err := create(pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = unix.Unmount(pin, unix.MNT_DETACH)
+		_ = unix.Unmount(filepath.Dir(pin), unix.MNT_DETACH)
+	})
+	self, _ := nsInode("/proc/self/ns/mnt")
+	if ino == 0 || ino == self {
+		t.Fatalf("create pinned namespace %d (own: %d)", ino, self)
+	}
+	if again, err := create(pin); err != nil || again != ino {
+		t.Fatalf("second create: %d, %v; want the pinned %d", again, err, ino)
+	}
+	later := filepath.Join(base, "later")
+	if err := os.Mkdir(later, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("mountns-test", later, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(later, unix.MNT_DETACH) })
+	inside := filepath.Join(base, "inside")
+	if err := os.Mkdir(inside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "grep -c ' " + later + " ' /proc/self/mountinfo; mount -t tmpfs mountns-inside " + inside
+	if out, err := exec.Command(Nsenter, "--mount="+pin, "--", "sh", "-c", script).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "1" {
+		t.Fatalf("inside the namespace: %v %q (want the later mount seen once)", err, out)
+	}
+	if IsMountPoint(inside) {
+		t.Error("a mount made inside the namespace shows outside")
 	}
 }
