@@ -194,7 +194,31 @@ func nsInode(p string) (uint64, error) {
 // would land in the new namespace, and the kernel refuses to bind a
 // namespace into itself. (unshare(1) --mount=FILE does the same with a
 // forked child, but failed now and then with EINVAL in the test harness.)
+//
+// The kernel refuses (EINVAL) to bind a mount namespace whose ID is not
+// above the binder's own namespace's, to rule out loops. IDs are handed
+// out in per-CPU batches, so a namespace made on one CPU can get a lower
+// ID than one made earlier on another: seen as intermittent EINVAL in the
+// test harness. The CPU that made the caller's namespace only counts up
+// from there, so newPinned tries each CPU in turn until the bind holds.
 func newPinned(pin string) error {
+	var allowed unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+		return fmt.Errorf("mount namespace: CPUs: %w", err)
+	}
+	err := fmt.Errorf("mount namespace: no CPU allowed: %w", unix.EINVAL)
+	for cpu := 0; cpu < len(allowed)*64; cpu++ {
+		if !allowed.IsSet(cpu) {
+			continue
+		}
+		if err = newPinnedOn(cpu, pin); !errors.Is(err, unix.EINVAL) {
+			return err
+		}
+	}
+	return err
+}
+
+func newPinnedOn(cpu int, pin string) error {
 	type made struct {
 		tid int
 		err error
@@ -205,7 +229,12 @@ func newPinned(pin string) error {
 		// Never unlocked: the thread has left the process's namespace
 		// and must exit with this goroutine.
 		runtime.LockOSThread()
-		err := unix.Unshare(unix.CLONE_NEWNS)
+		var set unix.CPUSet
+		set.Set(cpu)
+		err := unix.SchedSetaffinity(0, &set) // this thread only
+		if err == nil {
+			err = unix.Unshare(unix.CLONE_NEWNS)
+		}
 		if err == nil {
 			err = unix.Mount("", "/", "", unix.MS_REC|unix.MS_SLAVE, "")
 		}
