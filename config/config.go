@@ -86,7 +86,11 @@ type Runtime struct {
 	// the options it was built with.
 	DefaultCapabilities []string `toml:"default_capabilities" doc:"Capabilities of a container whose request adds and drops none (containerd's and CRI-O's set); names with or without CAP_."`
 	DefaultUlimits      []string `toml:"default_ulimits" doc:"Process limits every container starts with, name=soft[:hard] as in CRI-O (nofile=1048576:1048576; -1 is unlimited); empty keeps the runtime's, which are the container unit's."`
-	SeccompProfile      string   `toml:"seccomp_profile" doc:"Seccomp profile file (runtime-spec or Docker JSON) for RuntimeDefault; empty uses podunit's built-in profile (Docker's allow-list)."`
+	// PrivateMountNamespace needs a restart: podunit enters the
+	// namespace before anything else, and containers started with it keep
+	// their mounts in it.
+	PrivateMountNamespace bool   `toml:"private_mount_namespace" doc:"Keep container root filesystems, image volumes, bundle binds and namespace pins in a mount namespace of podunit's own (pinned at <run_dir>/mntns/mnt, a slave of the host's), out of PID 1's and the host's mount table; runc and crun run in it. Change it only on a node without pods (docs/containers.md)."`
+	SeccompProfile        string `toml:"seccomp_profile" doc:"Seccomp profile file (runtime-spec or Docker JSON) for RuntimeDefault; empty uses podunit's built-in profile (Docker's allow-list)."`
 	// Handlers come last: the sample shows them as subtables after the
 	// table's plain keys. A reload probes the features of new or changed
 	// ones.
@@ -156,11 +160,12 @@ func Default() Config {
 		},
 		CNI: CNI{ConfDir: "/etc/cni/net.d", BinDirs: []string{"/usr/lib/cni", "/opt/cni/bin"}},
 		Runtime: Runtime{
-			DefaultHandler: "runc",
-			StartTimeout:   Duration(2 * time.Minute),
-			StopMargin:     Duration(15 * time.Second),
-			LogFlushWait:   Duration(5 * time.Second),
-			ExecOutputMax:  16 << 20,
+			DefaultHandler:        "runc",
+			StartTimeout:          Duration(2 * time.Minute),
+			StopMargin:            Duration(15 * time.Second),
+			LogFlushWait:          Duration(5 * time.Second),
+			ExecOutputMax:         16 << 20,
+			PrivateMountNamespace: true,
 			Handlers: map[string]Handler{
 				"runc": {Type: "runc", Path: "/usr/sbin/runc", Root: "/run/podunit/runc"},
 				"crun": {Type: "crun", Path: "/usr/bin/crun", Root: "/run/podunit/crun"},

@@ -17,6 +17,7 @@ import (
 	"github.com/podunit/podunit/apparmor"
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/mountns"
 	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/selfbin"
 	"github.com/podunit/podunit/unitprops"
@@ -50,6 +51,9 @@ func OptionsFromConfig(cfg *config.Config, log *slog.Logger) (Options, error) {
 			Burst:    cfg.Logs.JournaldRateLimitBurst,
 		},
 		Logger: log,
+	}
+	if cfg.Runtime.PrivateMountNamespace {
+		o.MountNS = mountns.Pin(cfg.Paths.RunDir)
 	}
 	if err := o.SetRuntime(cfg.Runtime); err != nil {
 		return Options{}, err

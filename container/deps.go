@@ -79,6 +79,11 @@ type Options struct {
 	StateDir string
 	// RunDir holds bundles and pid files.
 	RunDir string
+	// MountNS is the pin of the private mount namespace podunit runs in
+	// (mountns.Pin, runtime.private_mount_namespace): the units' commands
+	// enter it, and bidirectional mounts are cloned from the host's
+	// namespace into it. Empty: podunit mounts in the host's namespace.
+	MountNS string
 	// Self is the podunit binary.
 	Self string
 	// UnitHelper is what the unit's ExecStart/ExecStopPost run as

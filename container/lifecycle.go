@@ -12,6 +12,7 @@ import (
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/exitrec"
 	"github.com/podunit/podunit/logs"
+	"github.com/podunit/podunit/mountns"
 	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/systemd"
 	"github.com/podunit/podunit/unitprops"
@@ -28,7 +29,10 @@ const safetyStopTimeout = 10 * time.Minute
 // The runtime runs in two steps. ExecStart creates the container: its
 // init exists and waits, and its PID is in the PID file when the wrapper
 // exits, so systemd always adopts a live main PID that is its own child.
-// ExecStartPost then starts it. With `run --detach` in one step a
+// ExecStartPost then starts it. With a private mount namespace each
+// command enters it first (nsenter execs it: the main PID stays the
+// wrapper's and then the runtime's), so the runtime finds the root
+// filesystem and the pins podunit mounted there. With `run --detach` in one step a
 // container that exits at once left a zombie behind the PID file, which
 // systemd refuses ("New main PID does not exist or is a zombie", result
 // 'protocol') and whose exit code it never reports.
@@ -80,9 +84,9 @@ func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 		Slice:            r.Slice,
 		Description:      fmt.Sprintf("%s/%s/%s", r.PodNamespace, r.PodName, name),
 		PIDFile:          m.pidFile(r.ID),
-		ExecStart:        unitprops.Exec{Argv: execStart},
-		ExecStartPost:    unitprops.Exec{Argv: startPost},
-		ExecStopPost:     unitprops.Exec{Argv: stopPost, IgnoreFailure: true},
+		ExecStart:        unitprops.Exec{Argv: mountns.Wrap(m.opts.MountNS, execStart)},
+		ExecStartPost:    unitprops.Exec{Argv: mountns.Wrap(m.opts.MountNS, startPost)},
+		ExecStopPost:     unitprops.Exec{Argv: mountns.Wrap(m.opts.MountNS, stopPost), IgnoreFailure: true},
 		KillSignal:       r.StopSignal,
 		StopTimeout:      safetyStopTimeout,
 		StartTimeout:     m.opts.StartTimeout,

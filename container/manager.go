@@ -362,9 +362,13 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 	}
 	undo = append(undo, func(ctx context.Context) error { return m.imgs.DeleteImageVolumes(ctx, id) })
 
+	specCfg, err := m.withHostPropagation(id, cfg)
+	if err != nil {
+		return "", fmt.Errorf("create container %q: %w", cfg.GetMetadata().GetName(), err)
+	}
 	unit := unitName(id)
 	spec, user, err := m.buildSpec(ctx, specRequest{
-		id: id, cfg: cfg, sandboxCfg: sandboxCfg, pod: pod, img: img, rootfs: rootfs, features: features,
+		id: id, cfg: specCfg, sandboxCfg: sandboxCfg, pod: pod, img: img, rootfs: rootfs, features: features,
 		cgroupsPath: systemd.SlicePath(pod.Slice) + "/" + unit + "/container",
 	})
 	if err != nil {

@@ -3,10 +3,16 @@ package container
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 
+	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/mountns"
 	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // rootfsBind is where a user-namespaced container's root filesystem is
@@ -40,36 +46,95 @@ func (m *Manager) bindRootfs(id, src string) (string, error) {
 
 // unbindRootfs undoes bindRootfs; nothing bound is fine. It goes before
 // the store unmounts and deletes the layer, so no mount outlives it.
-func (m *Manager) unbindRootfs(id string) error {
-	p := m.rootfsBind(id)
+func (m *Manager) unbindRootfs(id string) error { return unmountAll(m.rootfsBind(id)) }
+
+// unmountAll takes every mount stacked on p off; nothing mounted is fine.
+func unmountAll(p string) error {
 	for i := 0; isMountPoint(p); i++ {
 		if i == 16 {
-			return fmt.Errorf("unbind rootfs %s: still mounted", p)
+			return fmt.Errorf("unmount %s: still mounted", p)
 		}
 		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("unbind rootfs %s: %w", p, err)
+			return fmt.Errorf("unmount %s: %w", p, err)
 		}
 	}
 	return nil
 }
 
-// removeRunDir removes the container's run directory, unbinding its root
-// filesystem first: os.RemoveAll would descend into the mount and delete
-// the container's files.
+// removeRunDir removes the container's run directory, unmounting its root
+// filesystem bind and the host mounts cloned for bidirectional propagation
+// first: os.RemoveAll would descend into them and delete the container's
+// files, or the host's.
 func (m *Manager) removeRunDir(id string) error {
 	if err := m.unbindRootfs(id); err != nil {
 		return err
 	}
+	dir := m.propagatedDir(id)
+	ents, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove run dir: %w", err)
+	}
+	for _, e := range ents {
+		if err := unmountAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("remove run dir: %w", err)
+		}
+	}
 	return os.RemoveAll(m.runDir(id))
 }
 
-// isMountPoint: p is the root of a mount (its mount ID differs from its
-// parent's, or it is a bind of a directory on the same filesystem, which
-// statx reports as STATX_ATTR_MOUNT_ROOT).
-func isMountPoint(p string) bool {
-	var st unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, 0, &st); err != nil {
-		return false
+// propagatedDir holds, with a private mount namespace, the clones of the
+// host's mounts at the sources of the container's bidirectional mounts.
+func (m *Manager) propagatedDir(id string) string { return filepath.Join(m.runDir(id), "propagated") }
+
+// withHostPropagation returns cfg for the spec, with the host path of each
+// bidirectional mount replaced by a clone of the host's mount tree there
+// (mountns.BindFromHost). In the private namespace the host path is a
+// slave copy: the container would see the host's new mounts but its own
+// would never reach the host, which PROPAGATION_BIDIRECTIONAL promises
+// (a CSI driver's mounts, critest's mount propagation specs). The clone is
+// a peer of the host's mount, and so is the runtime's bind of it. Without a
+// private namespace, or without such mounts, cfg comes back as it is; the
+// record keeps the original, so status reports the kubelet's host path.
+func (m *Manager) withHostPropagation(id string, cfg *runtimeapi.ContainerConfig) (*runtimeapi.ContainerConfig, error) {
+	if m.opts.MountNS == "" {
+		return cfg, nil
 	}
-	return st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 && st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
+	var out *runtimeapi.ContainerConfig
+	for i, mnt := range cfg.GetMounts() {
+		if mnt.GetPropagation() != runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL || !filepath.IsAbs(mnt.GetHostPath()) {
+			continue
+		}
+		src := mnt.GetHostPath()
+		st, err := os.Stat(src)
+		if err != nil {
+			return nil, fmt.Errorf("bidirectional mount %s: host path: %v: %w", mnt.GetContainerPath(), err, errdefs.ErrInvalid)
+		}
+		if out == nil {
+			out = proto.Clone(cfg).(*runtimeapi.ContainerConfig)
+		}
+		dst := filepath.Join(m.propagatedDir(id), strconv.Itoa(i))
+		if err := os.MkdirAll(m.propagatedDir(id), 0o700); err != nil {
+			return nil, fmt.Errorf("bidirectional mount %s: %w", mnt.GetContainerPath(), err)
+		}
+		if st.IsDir() {
+			err = os.Mkdir(dst, 0o700)
+		} else {
+			err = os.WriteFile(dst, nil, 0o600)
+		}
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("bidirectional mount %s: %w", mnt.GetContainerPath(), err)
+		}
+		if !isMountPoint(dst) { // else a retried create
+			if err := mountns.BindFromHost(src, dst); err != nil {
+				return nil, fmt.Errorf("bidirectional mount %s: %w", mnt.GetContainerPath(), err)
+			}
+		}
+		out.Mounts[i].HostPath = dst
+	}
+	if out == nil {
+		return cfg, nil
+	}
+	return out, nil
 }
+
+func isMountPoint(p string) bool { return mountns.IsMountPoint(p) }

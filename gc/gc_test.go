@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/podunit/podunit/systemd/systemdtest"
+	"golang.org/x/sys/unix"
 )
 
 func TestUnitsCollectsOnlyUnknown(t *testing.T) {
@@ -87,5 +88,31 @@ func TestDirsAndRunner(t *testing.T) {
 	left, _ := os.ReadDir(dir)
 	if len(left) != 2 {
 		t.Fatalf("left %v", left)
+	}
+}
+
+// A directory with a mount below it is never removed (as root: mounts).
+func TestDirsSparesMounts(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts")
+	}
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "gone", "propagated", "0")
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("gc-test", mnt, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
+	if err := os.WriteFile(filepath.Join(mnt, "keep"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := Dirs{Dir: dir, Known: func(string) bool { return false }}.Collect(context.Background(), false)
+	if err == nil || len(out) != 0 {
+		t.Fatalf("Collect = %q, %v; want an error and nothing removed", out, err)
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "keep")); err != nil {
+		t.Fatalf("a file below the mount was removed: %v", err)
 	}
 }

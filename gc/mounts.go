@@ -140,6 +140,13 @@ func (d Dirs) Collect(ctx context.Context, dryRun bool) ([]string, error) {
 		} else if d.Known(strings.TrimSuffix(name, ".json")) {
 			continue
 		}
+		if pts, err := MountPointsUnder("/proc/self/mountinfo", p); err != nil || len(pts) > 0 {
+			// os.RemoveAll would descend into the mount: a container's
+			// root filesystem, or the host's own files behind a clone
+			// made for a bidirectional mount.
+			errs = append(errs, fmt.Errorf("%s: not removed, mounts below it: %q %v", p, pts, err))
+			continue
+		}
 		out = append(out, p)
 		if !dryRun {
 			if err := os.RemoveAll(p); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/mountns"
 	"github.com/podunit/podunit/netns"
 	"github.com/podunit/podunit/statefile"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -148,7 +149,7 @@ func (m *Manager) UpdateResources(ctx context.Context, id string, r *runtimeapi.
 func (m *Manager) startInit(ctx context.Context, sb *Sandbox) error {
 	md := sb.Config.GetMetadata()
 	desc := fmt.Sprintf("podunit pod %s/%s pid namespace init", md.GetNamespace(), md.GetName())
-	if err := m.opts.Systemd.StartTransientUnit(ctx, sb.InitUnit, initProperties(desc, sb.Slice, initCommand(m.opts.PodInit, sb.UserNSPath))); err != nil {
+	if err := m.opts.Systemd.StartTransientUnit(ctx, sb.InitUnit, initProperties(desc, sb.Slice, mountns.Wrap(m.opts.MountNS, initCommand(m.opts.PodInit, sb.UserNSPath)))); err != nil {
 		return fmt.Errorf("pod init %s: %w", sb.InitUnit, err)
 	}
 	props, err := m.opts.Systemd.UnitProperties(ctx, sb.InitUnit, "Service")

@@ -129,6 +129,10 @@ type Options struct {
 	// PodInit is the command of the unit that holds a shared PID
 	// namespace; it must create the namespace and run an init inside.
 	PodInit []string
+	// MountNS is the pin of the private mount namespace podunit runs in
+	// (mountns.Pin): the pod init's unit enters it, where the namespace
+	// pins it names are mounted. Empty: none.
+	MountNS string
 	// HostResolvConf and HostHosts feed pods without DNS config and
 	// host-network pods; defaults /etc/resolv.conf and /etc/hosts. A
 	// missing HostHosts gives host-network pods the loopback entries only.

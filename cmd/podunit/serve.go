@@ -19,6 +19,7 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/cri"
+	"github.com/podunit/podunit/mountns"
 	"github.com/podunit/podunit/streaming"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
@@ -27,6 +28,15 @@ import (
 
 func init() {
 	register("serve", command{summary: "serve the CRI on a unix socket (the default)", run: runServe})
+}
+
+// mountNS is the pin of podunit's private mount namespace, "" when
+// runtime.private_mount_namespace is off.
+func mountNS(cfg *config.Config) string {
+	if !cfg.Runtime.PrivateMountNamespace {
+		return ""
+	}
+	return mountns.Pin(cfg.Paths.RunDir)
 }
 
 func runServe(args []string) int {
@@ -47,6 +57,18 @@ func runServe(args []string) int {
 	cfg, code := cf.load()
 	if cfg == nil {
 		return code
+	}
+	// First of all: podunit re-executes itself inside its mount
+	// namespace here (same PID), before it opens or mounts anything.
+	if pin := mountNS(cfg); pin != "" {
+		owned := []string{cfg.Paths.RunDir, filepath.Join(cfg.Image.StorageRoot, "overlay")}
+		if err := mountns.Enter(pin, owned); errors.Is(err, mountns.ErrHostMounts) {
+			fmt.Fprintf(os.Stderr, "podunit: no private mount namespace: %v; podunit mounts in the host's until they are gone (drain the node or reboot)\n", err)
+			cfg.Runtime.PrivateMountNamespace = false
+		} else if err != nil {
+			fmt.Fprintf(os.Stderr, "podunit: %v\n", err)
+			return 1
+		}
 	}
 	level := new(slog.LevelVar)
 	level.Set(logLevel(cfg.Server.LogLevel))

@@ -103,6 +103,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 		CNIConfDir:  cfg.CNI.ConfDir,
 		CNIBinDirs:  cfg.CNI.BinDirs,
 		ParentSlice: cfg.Systemd.ParentSlice,
+		MountNS:     mountNS(cfg),
 		OpTimeout:   cfg.Systemd.CallTimeout.D(),
 		Handlers:    handlerNames(cfg),
 		Systemd:     sd,

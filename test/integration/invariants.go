@@ -52,13 +52,19 @@ type Env struct {
 	// pid is podunit's host PID, looked up once per start: scanning /proc
 	// at kill time would move the kill by tens of milliseconds.
 	pid int
+	// config is what podunit was started with (and restarts with).
+	config string
 }
 
 // StartEnv boots a harness with its own network namespace, makes the test
 // registry reachable on its 127.0.0.1:5000, starts podunit and pulls
 // TestImage. The harness' own netns keeps the test CNI bridge and its
 // iptables rules off the host, so the tests can run beside critest.
-func StartEnv(t testing.TB) *Env {
+func StartEnv(t testing.TB) *Env { t.Helper(); return StartEnvWith(t, "") }
+
+// StartEnvWith is StartEnv with extra TOML appended to the test
+// configuration (e.g. a [runtime] table).
+func StartEnvWith(t testing.TB, extraTOML string) *Env {
 	t.Helper()
 	ensureRegistry(t)
 	h := harness.Start(t, harness.Options{})
@@ -76,7 +82,8 @@ func StartEnv(t testing.TB) *Env {
 	}
 	e.regStop = stop
 	t.Cleanup(stop)
-	e.P = h.StartPodunit(h.TestConfig())
+	e.config = h.TestConfig() + extraTOML
+	e.P = h.StartPodunit(e.config)
 	e.pid = e.PodunitPID()
 	ctx := harness.Context(t, 2*time.Minute)
 	if _, err := e.P.Image.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: TestImage}}); err != nil {
@@ -91,7 +98,7 @@ func (e *Env) Restart() {
 	if err := e.H.WaitUnitGone(harness.UnitName, 30*time.Second); err != nil {
 		e.T.Fatal(err)
 	}
-	e.P = e.H.StartPodunit(e.H.TestConfig())
+	e.P = e.H.StartPodunit(e.config)
 	e.pid = e.PodunitPID()
 }
 
@@ -138,6 +145,39 @@ func (e *Env) RSS() int {
 		}
 	}
 	return 0
+}
+
+// MountNSDir holds the pin of podunit's mount namespace inside the harness
+// (mountns.Pin of the default run dir).
+const MountNSDir = "/run/podunit/mntns"
+
+// MountNSPinned reports whether podunit's mount namespace is pinned in
+// the harness.
+func (e *Env) MountNSPinned() bool {
+	var fs unix.Statfs_t
+	return unix.Statfs(e.Inside(MountNSDir+"/mnt"), &fs) == nil && fs.Type == unix.NSFS_MAGIC
+}
+
+// NamespaceMountinfo is the mount table of podunit's mount namespace, ""
+// when there is none (runtime.private_mount_namespace off).
+func (e *Env) NamespaceMountinfo() (string, error) {
+	if !e.MountNSPinned() {
+		return "", nil
+	}
+	out, err := e.H.Exec("nsenter", "--mount="+MountNSDir+"/mnt", "cat", "/proc/self/mountinfo")
+	if err != nil {
+		return "", fmt.Errorf("mountinfo of podunit's namespace: %v\n%s", err, out)
+	}
+	return out, nil
+}
+
+// PID1Mounts is the number of mounts in the harness' systemd's table.
+func (e *Env) PID1Mounts() int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", e.SystemdPID))
+	if err != nil {
+		return 0
+	}
+	return strings.Count(string(b), "\n")
 }
 
 // PID1CPU is the CPU time the harness' systemd has used so far.
@@ -267,12 +307,21 @@ func (e *Env) takeNode(s *Snapshot) error {
 	if err != nil {
 		return err
 	}
-	for _, l := range strings.Split(string(mi), "\n") {
+	// podunit's own mount namespace (runtime.private_mount_namespace)
+	// holds its mounts; it is a slave copy of PID 1's, so a mount seen in
+	// both counts once.
+	ns, err := e.NamespaceMountinfo()
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, l := range strings.Split(string(mi)+"\n"+ns, "\n") {
 		f := strings.Fields(l)
-		if len(f) < 5 {
-			continue
+		if len(f) < 5 || seen[f[4]] || f[4] == MountNSDir || strings.HasPrefix(f[4], MountNSDir+"/") {
+			continue // the namespace's pin is meant to stay
 		}
 		if strings.HasPrefix(f[4], "/run/podunit/") || strings.HasPrefix(f[4], harness.StateDirInside+"/storage/overlay/") {
+			seen[f[4]] = true
 			s.Mounts = append(s.Mounts, f[4])
 		}
 	}
