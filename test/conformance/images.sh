@@ -10,7 +10,7 @@
 # the suite (build.sh); its version is in AGNHOST.version. The table, and how
 # each stand-in differs from upstream, is in docs/conformance.md.
 #
-# Usage: images.sh AGNHOST [--list]
+# Usage: images.sh AGNHOST [--list|--no-push]
 # Environment: as test/critest/images.sh; the scratch directory defaults to
 #   /var/tmp/podunit-node-e2e-images (critest's stays untouched).
 set -euo pipefail
@@ -35,12 +35,23 @@ pause:3.10.2      registry.k8s.io/pause:3.10.2
 TABLE
 )
 
+# besides the critest kit's: glibc's hostname (glibc-dns-testing), curl and
+# netcat-openbsd (agnhost: the lifecycle hook and networking specs run them)
+NODE_E2E_DEBS=(
+	hostname
+	curl libcurl4 libbrotli1 libgssapi-krb5-2 libidn2-0 libldap-2.5-0 libnghttp2-14 libpsl5
+	librtmp1 libssh2-1 libk5crypto3 libkrb5-3 libkrb5support0 libunistring2 libgnutls30
+	libsasl2-2 libhogweed6 libnettle8 libp11-kit0 libtasn1-6 libffi8 libgmp10 libkeyutils1 libcom-err2
+	netcat-openbsd libbsd0 libmd0
+)
+
 node_e2e_trees() {
 	local t
 	# agnhost: the real program, laid out as test/images/agnhost/Dockerfile
 	# does (/agnhost, /agnhost-2 -> agnhost, porter's TLS pair, /uploads, the
 	# user and group the SupplementalGroups specs expect) on the busybox layer
-	# (upstream: alpine with bind-tools, curl, netcat, iproute2, socat, bash)
+	# (upstream: alpine with bind-tools, curl, netcat, iproute2, socat, bash;
+	# here Debian's curl and netcat-openbsd)
 	t=$(new_tree agnhost)
 	install -m 0755 "$AGNHOST" "$t/agnhost"
 	ln -s agnhost "$t/agnhost-2"
@@ -53,7 +64,10 @@ node_e2e_trees() {
 	echo 'user-defined-in-image:x:1000:' >>"$t/etc/group"
 	echo 'group-defined-in-image:x:50000:user-defined-in-image' >>"$t/etc/group"
 	chown 1000:1000 "$t/home/user-defined-in-image"
-	echo "agnhost $AGNHOST_VERSION (k8s.io/kubernetes/test/images/agnhost, static Go), /agnhost-2, porter TLS pair, user-defined-in-image (1000) in group-defined-in-image (50000)" >"$t.desc"
+	install_elf "$t" usr/bin/curl "$LAYERS/busybox"
+	install_elf "$t" bin/nc.openbsd "$LAYERS/busybox"
+	ln -s /bin/nc.openbsd "$t/usr/bin/nc" # before busybox's /bin/nc in PATH
+	echo "agnhost $AGNHOST_VERSION (k8s.io/kubernetes/test/images/agnhost, static Go), /agnhost-2, porter TLS pair, user-defined-in-image (1000) in group-defined-in-image (50000), curl $(deb_version curl), netcat-openbsd $(deb_version netcat-openbsd)" >"$t.desc"
 
 	# glibc-dns-testing: upstream is debian:bookworm-slim + dnsutils; the
 	# specs run `sh -c 'echo $(hostname);$(hostname -f)'`: Debian's (glibc)
@@ -77,8 +91,9 @@ node_e2e_image() { # node_e2e_image KIND FIRST_REF: print the index digest
 }
 
 node_e2e_main() {
-	local list=0
+	local list=0 push=1
 	[[ ${2:-} == --list ]] && list=1
+	[[ ${2:-} == --no-push ]] && push=0
 	init_arch
 	if ((list)); then
 		local kind refs r
@@ -98,7 +113,7 @@ node_e2e_main() {
 	mkdir -p "$LAYERS" "$BLOBS"
 	: >"$WORK/debs.txt"
 	log "fetching and unpacking .debs (cache: $PODUNIT_DEB_CACHE)"
-	unpack_debs "$SYSROOT" "${DEBS[@]}" hostname
+	unpack_debs "$SYSROOT" "${DEBS[@]}" "${NODE_E2E_DEBS[@]}"
 	unpack_debs "$SYSROOT_STATIC" "${DEBS_STATIC[@]}"
 	LDSO=$(echo "$SYSROOT/lib/$MULTIARCH"/ld-linux*.so.*)
 	[[ -x $LDSO ]] || die "no dynamic loader in the sysroot ($LDSO)"
@@ -120,6 +135,7 @@ node_e2e_main() {
 		for r in $refs; do printf '%s %s %s\n' "$r" "$(local_path "$r")" "$digest" >>"$WORK/images.txt"; done
 	done <<<"$NODE_E2E_TABLE"
 	rm -f "$WORK"/tmp-*
+	((push)) || return 0
 
 	registry_up || bash "$KIT_DIR/registry.sh" start
 	log "pushing to $REG"
@@ -149,6 +165,8 @@ node_e2e_selftest() {
 	[[ $out == *"[/agnhost-2 entrypoint-tester a b]"* ]] || die "selftest: agnhost entrypoint-tester printed: $out"
 	out=$(in_root 'echo hi >/tmp/f && /agnhost mounttest --file_content=/tmp/f 2>&1') || die "selftest: agnhost mounttest failed: $out"
 	[[ $out == *"content of file \"/tmp/f\": hi"* ]] || die "selftest: agnhost mounttest printed: $out"
+	out=$(in_root 'curl --version | head -n 1; nc -h 2>&1 | head -n 1') || die "selftest: curl or nc failed: $out"
+	[[ $out == "curl "*$'\n'"OpenBSD netcat"* ]] || die "selftest: curl/nc printed: $out"
 	out=$(in_root 'id -G user-defined-in-image') || die "selftest: id failed"
 	[[ $out == "1000 50000" ]] || die "selftest: user-defined-in-image has groups '$out'"
 	out=$(in_root 'hostname >/dev/null && hostname --version 2>&1 | head -n 1') || die "selftest: hostname failed"
