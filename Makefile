@@ -184,3 +184,24 @@ DEB_FROM ?=
 .PHONY: deb
 deb:
 	@bash $(CURDIR)/test/deb/build.sh $(DEB_FROM) $(DEB_OUT)
+
+## --------------------------------------------------- node-conformance ----
+
+# The upstream Kubernetes node e2e suite (k8s.io/kubernetes test/e2e_node
+# v1.37.2, [NodeConformance] minus [Flaky]|[Slow]|[Serial], as the upstream
+# containerd and CRI-O jobs run it) against podunit inside the harness: the
+# suite's own etcd, kube-apiserver and kubelet (systemd-run unit), podunit's
+# socket as the runtime. e2e_node.test, ginkgo, agnhost and the kubelet are
+# built once from the Go module proxy and cached in /var/cache/podunit-node-e2e
+# (test/conformance/build.sh); the images are offline stand-ins
+# (test/conformance/images.sh). Not a stage of `make test`: the full run
+# takes over an hour on 2 cores. SHARD=1 runs only the fast ratcheted subset
+# (test/conformance/shard.txt); FOCUS/SKIP/NODES override the defaults.
+# docs/conformance.md has the results and every stand-in.
+.PHONY: node-conformance node-conformance-build
+node-conformance-build: kubelet
+	@bash $(CURDIR)/test/conformance/build.sh
+
+node-conformance: critest-tools build node-conformance-build
+	@PODUNIT_BINARY=$(BIN) FOCUS='$(value FOCUS)' SKIP='$(value SKIP)' SHARD='$(SHARD)' NODES='$(NODES)' \
+		bash $(CURDIR)/test/conformance/run.sh

@@ -636,6 +636,15 @@ verify_ref() { # verify_ref REPO TAG DIGEST: the registry serves TAG as DIGEST
 
 # ---------------------------------------------------------------------------
 
+init_arch() { # set ARCH (Debian's name) and MULTIARCH (the library directory)
+	ARCH=$(dpkg --print-architecture)
+	case $ARCH in
+	amd64) MULTIARCH=x86_64-linux-gnu ;;
+	arm64) MULTIARCH=aarch64-linux-gnu ;;
+	*) die "unsupported architecture $ARCH" ;;
+	esac
+}
+
 table_refs() { # print "kind ref" for every reference in the table
 	local kind refs r
 	while read -r kind refs; do
@@ -656,12 +665,7 @@ main() {
 		shift
 	done
 
-	ARCH=$(dpkg --print-architecture)
-	case $ARCH in
-	amd64) MULTIARCH=x86_64-linux-gnu ;;
-	arm64) MULTIARCH=aarch64-linux-gnu ;;
-	*) die "unsupported architecture $ARCH" ;;
-	esac
+	init_arch
 
 	if ((list)); then
 		local kind ref
@@ -730,4 +734,5 @@ main() {
 	sed 's/^/#   /' "$WORK/debs.txt"
 }
 
-main "$@"
+# test/conformance/images.sh sources this file for its functions
+if [[ ${BASH_SOURCE[0]} == "$0" ]]; then main "$@"; fi
