@@ -194,10 +194,13 @@ func TestDebInstallsAndServes(t *testing.T) {
 		crictl(t, endpoint, time.Minute, "start", ctr)
 		unit := "podunit-ctr-" + ctr + ".service"
 		// the unit's helpers are the package's small binary, not the full
-		// podunit: what runs in the unit is charged to the container
+		// podunit: what runs in the unit is charged to the container. With
+		// the private mount namespace (the package's default) nsenter execs
+		// it, so it follows nsenter's "--".
 		for _, p := range []string{"ExecStart", "ExecStopPost"} {
-			if es := h.MustExec("systemctl", "show", "-p", p, unit); !strings.Contains(es, "path=/usr/bin/podunit-unithelper ") {
-				t.Errorf("%s %s = %q, want /usr/bin/podunit-unithelper", unit, p, es)
+			es := h.MustExec("systemctl", "show", "-p", p, unit)
+			if !strings.Contains(es, "path=/usr/bin/nsenter ") || !strings.Contains(es, " -- /usr/bin/podunit-unithelper _") {
+				t.Errorf("%s %s = %q, want /usr/bin/podunit-unithelper entered by nsenter", unit, p, es)
 			}
 		}
 		before := unitProps(t, h, unit)
