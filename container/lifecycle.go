@@ -92,6 +92,7 @@ func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 		StartTimeout:     m.opts.StartTimeout,
 		SyslogIdentifier: name,
 		JournalRateLimit: m.opts.JournalRateLimit,
+		OOMPolicy:        oomPolicy(rt, r.Resources),
 		LogFields: logs.ExtraFields(logs.Identity{
 			PodNamespace: r.PodNamespace, PodName: r.PodName, PodUID: r.PodUID,
 			ContainerName: name, ContainerID: r.ID, Attempt: r.Metadata.GetAttempt(),

@@ -51,6 +51,11 @@ func (m *Manager) updateResources(ctx context.Context, id string, res *runtimeap
 			return fmt.Errorf("update container %s: NRI: %w", id, err)
 		}
 	}
+	if c.rec.State == StateRunning {
+		if err := checkOOMGroupUpdate(rt, c.rec.Resources, res); err != nil {
+			return fmt.Errorf("update container %s: %w", id, err)
+		}
+	}
 	next := mergeResources(c.rec.Resources, res)
 	if c.rec.State == StateRunning && m.hugetlbInForce(rt) && !sameHugepages(c.rec.Resources.GetHugepageLimits(), next.GetHugepageLimits()) {
 		// runc's update reads hugepage limits and drops them.
@@ -238,10 +243,48 @@ func (m *Manager) checkUnified(rt oci.Runtime, unified map[string]string) error 
 	if rt.OwnCgroup() {
 		return nil
 	}
-	for k := range unified {
+	for k, v := range unified {
+		if k == unitprops.OOMGroupKey {
+			if _, err := unitprops.OOMPolicy(v); err != nil {
+				return err
+			}
+			continue
+		}
 		if !unitprops.UnifiedUnitKey(k) {
 			return fmt.Errorf("resources.unified %s: runtime handler %q gives containers no cgroup of their own and systemd has no property for it: %w", k, rt.Name(), errdefs.ErrInvalid)
 		}
+	}
+	return nil
+}
+
+// oomPolicy is the unit's OOMPolicy= for a container whose runtime gives
+// it no cgroup of its own: systemd then writes memory.oom.group to the
+// unit's cgroup, where the container runs. Empty leaves systemd's default.
+func oomPolicy(rt oci.Runtime, r *runtimeapi.LinuxContainerResources) string {
+	v, ok := r.GetUnified()[unitprops.OOMGroupKey]
+	if !ok || rt.OwnCgroup() {
+		return ""
+	}
+	p, _ := unitprops.OOMPolicy(v) // checked at create and update
+	return p
+}
+
+// checkOOMGroupUpdate refuses changing memory.oom.group of a running
+// container that lives in its unit's cgroup: OOMPolicy= is fixed when
+// systemd creates the unit. The kubelet repeats the value it created the
+// container with on every resize, which passes.
+func checkOOMGroupUpdate(rt oci.Runtime, cur, upd *runtimeapi.LinuxContainerResources) error {
+	v, ok := upd.GetUnified()[unitprops.OOMGroupKey]
+	if !ok || rt.OwnCgroup() {
+		return nil
+	}
+	want, _ := unitprops.OOMPolicy(v)
+	have := "continue"
+	if cv, ok := cur.GetUnified()[unitprops.OOMGroupKey]; ok {
+		have, _ = unitprops.OOMPolicy(cv)
+	}
+	if want != have {
+		return fmt.Errorf("resources.unified %s of a running container of runtime handler %q cannot change (systemd's OOMPolicy= is fixed at start); recreate it: %w", unitprops.OOMGroupKey, rt.Name(), errdefs.ErrPrecondition)
 	}
 	return nil
 }

@@ -198,7 +198,8 @@ func TestUnifiedRefusedWhereNotApplied(t *testing.T) {
 		uni      map[string]string
 	}{
 		{"cgroup v1", false, false, map[string]string{"memory.high": "50000000"}},
-		{"crun on v2, no unit property", true, true, map[string]string{"memory.swap.max": "0", "memory.oom.group": "1"}},
+		{"crun on v2, no unit property", true, true, map[string]string{"memory.swap.max": "0", "cpu.idle": "1"}},
+		{"crun on v2, memory.oom.group neither 0 nor 1", true, true, map[string]string{"memory.oom.group": "2"}},
 	} {
 		uni := tt.uni
 		e := newEnv(t)
@@ -301,5 +302,57 @@ func TestUnitStartTimeoutIsPodunits(t *testing.T) {
 	}
 	if got, want := e.sd.Units[unitName(id)].Props["TimeoutStartUSec"], uint64(e.m.opts.StartTimeout/time.Microsecond); got != want || want == 0 {
 		t.Errorf("TimeoutStartUSec = %v, want %d", got, want)
+	}
+}
+
+// The kubelet (cgroup v2, singleProcessOOMKill off) sends memory.oom.group
+// with every container. crun's containers live in the unit's cgroup, where
+// systemd writes it for OOMPolicy=kill; runc writes it in its own cgroup.
+// A running container's value cannot change (OOMPolicy= is fixed at start),
+// but the kubelet's resize repeats it, which passes.
+func TestUnifiedOOMGroupAsOOMPolicy(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		crun   bool
+		value  string
+		policy any // the unit's OOMPolicy property; nil: not set
+	}{
+		{"crun kill", true, "1", "kill"},
+		{"crun continue", true, "0", "continue"},
+		{"runc writes it itself", false, "1", nil},
+	} {
+		e := newEnv(t)
+		e.m.opts.Caps.CgroupV2, e.rt.noCgroup = true, tt.crun
+		cfg := containerConfig("app")
+		cfg.Linux.Resources.Unified = map[string]string{"memory.oom.group": tt.value}
+		id, err := e.m.Create(ctx, "pod1", cfg, sandboxConfig("pod1"))
+		if err != nil {
+			t.Fatalf("%s: create: %v", tt.name, err)
+		}
+		if err := e.m.Start(ctx, id); err != nil {
+			t.Fatalf("%s: start: %v", tt.name, err)
+		}
+		if got := e.sd.Units[unitName(id)].Props["OOMPolicy"]; got != tt.policy {
+			t.Errorf("%s: unit OOMPolicy = %v, want %v", tt.name, got, tt.policy)
+		}
+		if got := e.status(id).GetResources().GetLinux().GetUnified()["memory.oom.group"]; got != tt.value {
+			t.Errorf("%s: status unified memory.oom.group = %q, want %q", tt.name, got, tt.value)
+		}
+		same := &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 32 << 20, Unified: map[string]string{"memory.oom.group": tt.value}}
+		if err := e.m.UpdateResources(ctx, id, same); err != nil {
+			t.Errorf("%s: resize repeating memory.oom.group: %v", tt.name, err)
+		}
+		if !tt.crun {
+			continue
+		}
+		other := map[string]string{"1": "0", "0": "1"}[tt.value]
+		calls := e.setPropertyCalls()
+		err = e.m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 16 << 20, Unified: map[string]string{"memory.oom.group": other}})
+		if !errors.Is(err, errdefs.ErrPrecondition) {
+			t.Errorf("%s: changing memory.oom.group of a running crun container: %v, want failed precondition", tt.name, err)
+		}
+		if e.setPropertyCalls() != calls || e.status(id).GetResources().GetLinux().GetMemoryLimitInBytes() != 32<<20 {
+			t.Errorf("%s: a refused update changed something: systemd %v", tt.name, e.sd.Calls)
+		}
 	}
 }

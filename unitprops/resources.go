@@ -137,6 +137,25 @@ var unifiedKeys = map[string]string{
 // UnifiedUnitKey reports whether a unit property carries the unified key.
 func UnifiedUnitKey(key string) bool { _, ok := unifiedKeys[key]; return ok }
 
+// OOMGroupKey is the unified key the kubelet sets on cgroup v2 unless
+// singleProcessOOMKill: an OOM kill takes the whole container. systemd has
+// no cgroup property for it but writes it for OOMPolicy=kill, which can
+// only be given when the unit is created (OOMPolicy).
+const OOMGroupKey = "memory.oom.group"
+
+// OOMPolicy maps a unified memory.oom.group value onto systemd's
+// OOMPolicy=: "1" is kill (memory.oom.group=1, and systemd stops the unit
+// with result oom-kill), "0" continue (the unit default with Delegate=).
+func OOMPolicy(value string) (string, error) {
+	switch strings.TrimSpace(value) {
+	case "1":
+		return "kill", nil
+	case "0":
+		return "continue", nil
+	}
+	return "", fmt.Errorf("unified %s: %q is not 0 or 1: %w", OOMGroupKey, value, errdefs.ErrInvalid)
+}
+
 // unifiedProperties maps the unified keys systemd has a property for;
 // the others are left to the runtime that writes the container's cgroup.
 func unifiedProperties(unified map[string]string) ([]systemd.Property, error) {

@@ -59,6 +59,10 @@ type Service struct {
 	// output; the zero value turns it off (journald's default would apply
 	// with the property unset).
 	JournalRateLimit RateLimit
+	// OOMPolicy, when set, is systemd's OOMPolicy= ("kill" makes systemd
+	// set memory.oom.group on the unit's cgroup): how a container without
+	// a cgroup of its own gets CRI's unified memory.oom.group (OOMPolicy).
+	OOMPolicy string
 }
 
 // RateLimit is at most Burst journal lines per Interval; either zero is off.
@@ -135,6 +139,9 @@ func Properties(s Service, r *runtimeapi.LinuxContainerResources, caps Caps) ([]
 	}
 	if s.SyslogIdentifier != "" {
 		props = append(props, prop("SyslogIdentifier", s.SyslogIdentifier))
+	}
+	if s.OOMPolicy != "" {
+		props = append(props, prop("OOMPolicy", s.OOMPolicy))
 	}
 	if len(s.LogFields) > 0 {
 		fields := make([][]byte, 0, len(s.LogFields))

@@ -43,6 +43,15 @@ kill_podunit() {
 		wait_until 60 "podunit serving again" cri version
 }
 
+# pod_pins lists the pods' namespace pins podunit keeps under its run dir;
+# mntns/ is podunit's own private mount namespace, not a pod's.
+pod_pins() {
+	local d
+	for d in "$D"/run/podunit/*ns; do
+		[[ -d $d && ${d##*/} != mntns ]] && ls "$d"
+	done 2>/dev/null | grep -v '^$' || true
+}
+
 # consistent: every container unit and namespace pin podunit left in the
 # harness belongs to a container/sandbox the CRI still lists. The kubelet
 # keeps creating and removing containers meanwhile, so a unit listed a
@@ -51,7 +60,7 @@ kill_podunit() {
 orphans_now() {
 	local known units pins u id
 	units=$(hx systemctl list-units --all --plain --no-legend 'podunit-ctr-*' 'podunit-pod-*' | awk '{print $1}')
-	pins=$(ls "$D"/run/podunit/*ns/ 2>/dev/null | grep -vE '^$|:$' || true)
+	pins=$(pod_pins)
 	known=$( (cri ps -a -q; cri pods -q) | sort -u)
 	for u in $units; do
 		id=${u#podunit-ctr-}; id=${id#podunit-pod-}; id=${id%.service}; id=${id%-init}
@@ -460,7 +469,7 @@ scenario_teardown() {
 	check teardown-no-units "units left: $units" test -z "$units"
 	mounts=$(hx cat /proc/self/mountinfo | grep -F -f <(echo "$ids") || true)
 	check teardown-no-mounts "mounts left: $mounts" test -z "$mounts"
-	pins=$(ls "$D"/run/podunit/*ns/ 2>/dev/null | grep -vE '^$|:$' || true)
+	pins=$(pod_pins)
 	check teardown-no-pins "namespace pins left: $pins" test -z "$pins"
 	files=$(find "$D/run/podunit" "$PODUNIT_LIB" -path "$PODUNIT_LIB/storage" -prune -o -print 2>/dev/null | grep -F -f <(echo "$ids") | head -n 20 || true)
 	check teardown-no-state "files of removed pods left: $files" test -z "$files"
