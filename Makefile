@@ -94,7 +94,7 @@ vm: build
 # make test runs a shard of the kubelet scenarios on the node: all of them
 # take 25-40 min under TCG there (`make vm` runs all). The kill-mid-call and
 # bus scenarios run in full in the harness stage (kubelet-e2e) anyway.
-test: export VM_KUBELET_SCENARIOS ?= plumbing logs exec liveness readiness crashloop kill teardown
+test: export VM_KUBELET_SCENARIOS ?= plumbing logs exec liveness readiness crashloop kill userns teardown
 test: deps-test
 	@failed=""; \
 	for stage in $(TEST_STAGES); do \
