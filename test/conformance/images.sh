@@ -103,6 +103,7 @@ node_e2e_main() {
 		return 0
 	fi
 	require_root
+	lock_images
 	ensure_packages gcc libc6-dev jq curl tar gzip coreutils findutils
 	[[ -x $AGNHOST ]] || die "no agnhost binary at $AGNHOST"
 	KUBE_SRC=$(GOFLAGS= GOWORK=off go mod download -json "k8s.io/kubernetes@${KUBE_VERSION:-v1.37.2}" | jq -r .Dir)
@@ -137,7 +138,7 @@ node_e2e_main() {
 	rm -f "$WORK"/tmp-*
 	((push)) || return 0
 
-	registry_up || bash "$KIT_DIR/registry.sh" start
+	start_registry
 	log "pushing to $REG"
 	while read -r ref path digest; do
 		push_index "${path%:*}" "${path##*:}" "$digest"

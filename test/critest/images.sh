@@ -645,6 +645,20 @@ init_arch() { # set ARCH (Debian's name) and MULTIARCH (the library directory)
 	esac
 }
 
+# lock_images: one build at a time on a machine. Every run (critest, the
+# kubelet e2e, node conformance, bench, a VM run) writes the same layout
+# and sysroot under /var/tmp and pushes to the same registry: two builds at
+# once delete each other's files. The lock goes with the process; the
+# registry started under it must not inherit it (start_registry).
+lock_images() {
+	exec {IMAGES_LOCK}>/run/lock/podunit-test-images.lock
+	flock "$IMAGES_LOCK"
+}
+
+start_registry() {
+	registry_up || bash "$KIT_DIR/registry.sh" start {IMAGES_LOCK}>&-
+}
+
 table_refs() { # print "kind ref" for every reference in the table
 	local kind refs r
 	while read -r kind refs; do
@@ -676,6 +690,7 @@ main() {
 	fi
 
 	require_root
+	lock_images
 	ensure_packages gcc libc6-dev jq curl tar gzip coreutils findutils
 	umask 022
 	mkdir -p "$WORK" "$PODUNIT_DEB_CACHE"
@@ -716,7 +731,7 @@ main() {
 	rm -f "$WORK"/tmp-*
 
 	if ((push)); then
-		registry_up || bash "$KIT_DIR/registry.sh" start
+		start_registry
 		log "pushing to $REG"
 		local ref path repo tag
 		while read -r ref path digest; do
