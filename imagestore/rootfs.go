@@ -211,8 +211,16 @@ func (s *Store) DeleteRootfs(ctx context.Context, containerID string) error {
 }
 
 func (s *Store) deleteLayer(ctx context.Context, id string) error {
-	if err := s.unmount(id); err != nil {
-		return err
+	// Unmount first only what storage counts as mounted: a forced unmount
+	// of an unmounted layer still calls umount and rewrites and fsyncs
+	// mountpoints.json under the store's global layer lock, and
+	// RemoveContainer has just unmounted (UnmountRootfs). A mount storage
+	// never counted (podunit killed inside Mount) is still taken down:
+	// DeleteContainer's removal unmounts what it finds busy.
+	if n, err := s.store.Mounted(id); err != nil || n > 0 {
+		if err := s.unmount(id); err != nil {
+			return err
+		}
 	}
 	err := s.store.DeleteContainer(id)
 	if err == nil || errors.Is(err, storage.ErrContainerUnknown) || errors.Is(err, storage.ErrNotAContainer) {
