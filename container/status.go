@@ -128,9 +128,9 @@ func (m *Manager) Status(ctx context.Context, id string, verbose bool) (*runtime
 // property of the service (systemd.Conn.UnitProperties).
 var verboseProps = append([]string{"ActiveState", "SubState", "MainPID"}, exitProps...)
 
-// refreshVerboseLocked resolves a RUNNING record from one read of all the
-// unit's properties (Unit and Service interfaces) and returns them for the
-// verbose info; nil when the container does not run or systemd did not
+// refreshVerboseLocked resolves a RUNNING record from one read of the
+// unit's verboseProps (Unit and Service interfaces) and returns them for
+// the verbose info; nil when the container does not run or systemd did not
 // answer.
 func (m *Manager) refreshVerboseLocked(ctx context.Context, c *ctr) map[string]any {
 	r := c.rec
