@@ -58,9 +58,9 @@ func (c *countingConn) SetUnitProperties(ctx context.Context, name string, props
 	c.add("set")
 	return c.Conn.SetUnitProperties(ctx, name, props...)
 }
-func (c *countingConn) UnitProperties(ctx context.Context, name, iface string) (map[string]any, error) {
+func (c *countingConn) UnitProperties(ctx context.Context, name, iface string, names ...string) (map[string]any, error) {
 	c.add("get " + iface)
-	return c.Conn.UnitProperties(ctx, name, iface)
+	return c.Conn.UnitProperties(ctx, name, iface, names...)
 }
 func (c *countingConn) ListUnits(ctx context.Context, patterns ...string) ([]systemd.UnitStatus, error) {
 	c.add("list")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -346,6 +347,43 @@ func TestInContainerCgroup(t *testing.T) {
 	} {
 		if got := inContainerCgroup([]byte(listing), unit); got != want {
 			t.Errorf("%q: %v, want %v", listing, got, want)
+		}
+	}
+}
+
+// A verbose status names the properties it reads: every property of a
+// service is one large D-Bus answer that systemd and podunit spend
+// milliseconds on (issue 20).
+func TestVerboseStatusReadsOnlyWhatItUses(t *testing.T) {
+	e := newProcEnv(t)
+	id := e.started("app")
+	u := e.sd.Units[unitName(id)]
+	u.Props["MainPID"] = uint32(fakeInitPID)
+	u.Props["SubState"] = "running"
+	u.Props["ExecMainCode"], u.Props["ExecMainStatus"] = int32(1), int32(3)
+	n := len(e.sd.PropertyReads)
+	if _, _, err := e.m.Status(ctx, id, true); err != nil {
+		t.Fatal(err)
+	}
+	reads := e.sd.PropertyReads[n:]
+	if len(reads) != 1 {
+		t.Fatalf("property reads %q, want one", reads)
+	}
+	for _, want := range []string{"ActiveState", "SubState", "MainPID", "ExecMainCode", "ExecMainStatus", "Result"} {
+		if !slices.Contains(reads[0], want) {
+			t.Errorf("verbose status read %q: no %s", reads[0], want)
+		}
+	}
+
+	// The exit of a failed but loaded unit comes from those names alone.
+	u.ActiveState = "failed"
+	st, _, err := e.m.Status(ctx, id, true)
+	if err != nil || st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != 3 {
+		t.Fatalf("verbose of failed unit: %v %v", st, err)
+	}
+	for _, r := range e.sd.PropertyReads[n:] {
+		if len(r) == 0 {
+			t.Errorf("a status read asked systemd for every property: %q", e.sd.PropertyReads[n:])
 		}
 	}
 }

@@ -373,7 +373,7 @@ func (m *Manager) refreshLocked(ctx context.Context, c *ctr, active string) {
 	if active == "" {
 		// ActiveState lives on the Unit interface, the exit details on
 		// the Service one.
-		p, err := m.sd.UnitProperties(ctx, r.Unit, "Unit")
+		p, err := m.sd.UnitProperties(ctx, r.Unit, "Unit", "ActiveState")
 		switch {
 		case errors.Is(err, errdefs.ErrNotFound):
 			state = unitGoneState
@@ -433,7 +433,7 @@ func (m *Manager) settleLocked(ctx context.Context, c *ctr, state string, svc ma
 	rec, err := exitrec.Read(m.stateDir(r.ID))
 	if err != nil && state != unitGoneState && svc == nil {
 		// Inactive but still loaded and no record: ask systemd.
-		if p, perr := m.sd.UnitProperties(ctx, r.Unit, "Service"); perr == nil {
+		if p, perr := m.sd.UnitProperties(ctx, r.Unit, "Service", exitProps...); perr == nil {
 			svc = p
 		}
 	}
@@ -489,6 +489,9 @@ func reason(code int32, oom bool) string {
 		return ReasonError
 	}
 }
+
+// exitProps are the Service properties fromUnitProps reads.
+var exitProps = []string{"ExecMainCode", "ExecMainStatus", "Result"}
 
 // fromUnitProps reads the exit of a unit systemd still has loaded.
 func fromUnitProps(p map[string]any) (int32, string) {

@@ -122,16 +122,22 @@ func (m *Manager) Status(ctx context.Context, id string, verbose bool) (*runtime
 	return st, map[string]string{"info": string(b)}, nil
 }
 
-// refreshVerboseLocked resolves a RUNNING record from one read of all the
-// unit's properties (Unit and Service interfaces) and returns them for the
-// verbose info; nil when the container does not run or systemd did not
+// verboseProps are the unit properties a verbose status uses: its info
+// (pid, activeState, subState) and an exit systemd still holds
+// (fromUnitProps). Named, they are a few small reads instead of every
+// property of the service (systemd.Conn.UnitProperties).
+var verboseProps = append([]string{"ActiveState", "SubState", "MainPID"}, exitProps...)
+
+// refreshVerboseLocked resolves a RUNNING record from one read of the
+// unit's verboseProps (Unit and Service interfaces) and returns them for
+// the verbose info; nil when the container does not run or systemd did not
 // answer.
 func (m *Manager) refreshVerboseLocked(ctx context.Context, c *ctr) map[string]any {
 	r := c.rec
 	if r == nil || r.State != StateRunning {
 		return nil
 	}
-	p, err := m.sd.UnitProperties(ctx, r.Unit, "Service")
+	p, err := m.sd.UnitProperties(ctx, r.Unit, "Service", verboseProps...)
 	switch {
 	case errors.Is(err, errdefs.ErrNotFound):
 		m.settleLocked(ctx, c, unitGoneState, nil)

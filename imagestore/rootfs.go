@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/moby/sys/mountinfo"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -111,7 +112,10 @@ func (s *Store) createLayer(ctx context.Context, id, imageID string, meta ownerM
 		}
 		opts.UIDMap, opts.GIDMap = storageIDMap(idmap.UIDs), storageIDMap(idmap.GIDs)
 	}
-	_, err = s.store.CreateContainer(id, names, imageID, "", string(raw), opts)
+	c, err := s.store.CreateContainer(id, names, imageID, "", string(raw), opts)
+	if err == nil {
+		s.mounts.created(id, c.MountLabel())
+	}
 	if errors.Is(err, storage.ErrDuplicateID) {
 		if c, cerr := s.store.Container(id); cerr == nil && c.ImageID == imageID {
 			if m, ok := parseOwnerMeta(c.Metadata); ok && m.Kind == meta.Kind && m.Owner == meta.Owner {
@@ -157,29 +161,100 @@ func (s *Store) MountRootfs(ctx context.Context, containerID string) (string, er
 	return s.mount(ctx, containerID)
 }
 
+// mount mounts a writable layer once. What this process mounted and the
+// kernel still has mounted is answered from memory (StartContainer's
+// mount of the rootfs CreateContainer mounted), and a layer this process
+// has just created is mounted without asking whether it is: every storage
+// call takes store-wide locks, and under a burst of creates each such
+// question queued behind the others' layer writes (issue 20). Anything
+// else (a podunit restart, a mount gone behind podunit's back) asks
+// storage as before.
 func (s *Store) mount(ctx context.Context, id string) (string, error) {
-	c, err := s.store.Container(id)
-	if err != nil {
-		return "", storageErr("container filesystem "+id, err)
+	if p := s.mounts.mounted(id); p != "" {
+		if ok, err := mountinfo.Mounted(p); err == nil && ok {
+			return p, nil
+		}
+		s.mounts.forget(id)
 	}
-	if n, err := s.store.Mounted(id); err == nil && n > 0 {
-		if layer, err := s.store.Layer(c.LayerID); err == nil && layer.MountPoint != "" {
-			if ok, err := mountinfo.Mounted(layer.MountPoint); err == nil && ok {
-				return layer.MountPoint, nil
+	label, fresh := s.mounts.takeFresh(id)
+	if !fresh {
+		c, err := s.store.Container(id)
+		if err != nil {
+			return "", storageErr("container filesystem "+id, err)
+		}
+		label = c.MountLabel()
+		if n, err := s.store.Mounted(id); err == nil && n > 0 {
+			if layer, err := s.store.Layer(c.LayerID); err == nil && layer.MountPoint != "" {
+				if ok, err := mountinfo.Mounted(layer.MountPoint); err == nil && ok {
+					s.mounts.mountedAt(id, layer.MountPoint)
+					return layer.MountPoint, nil
+				}
+			}
+			// The count outlived the mount (someone unmounted it behind
+			// storage's back): reset it before mounting afresh.
+			s.log.WarnContext(ctx, "stale mount count, remounting", "id", id, "count", n)
+			if _, err := s.store.Unmount(id, true); err != nil && !errors.Is(err, storage.ErrLayerNotMounted) {
+				return "", storageErr("resetting mount of "+id, err)
 			}
 		}
-		// The count outlived the mount (someone unmounted it behind
-		// storage's back): reset it before mounting afresh.
-		s.log.WarnContext(ctx, "stale mount count, remounting", "id", id, "count", n)
-		if _, err := s.store.Unmount(id, true); err != nil && !errors.Is(err, storage.ErrLayerNotMounted) {
-			return "", storageErr("resetting mount of "+id, err)
-		}
 	}
-	path, err := s.store.Mount(id, c.MountLabel())
+	path, err := s.store.Mount(id, label)
 	if err != nil {
 		return "", storageErr("mounting container filesystem "+id, err)
 	}
+	s.mounts.mountedAt(id, path)
 	return path, nil
+}
+
+// mountCache is what Store.mount may answer without storage. It only
+// ever holds what this process did itself; an unmount or delete drops
+// the layer's entry before storage is asked.
+type mountCache struct {
+	mu sync.Mutex
+	// at: writable layers this process mounted, by storage container ID
+	at map[string]string
+	// fresh: layers this process created and has not mounted (storage
+	// counts no mount for them), with their mount label
+	fresh map[string]string
+}
+
+func (m *mountCache) created(id, label string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fresh == nil {
+		m.fresh = map[string]string{}
+	}
+	m.fresh[id] = label
+}
+
+func (m *mountCache) takeFresh(id string) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	label, ok := m.fresh[id]
+	delete(m.fresh, id)
+	return label, ok
+}
+
+func (m *mountCache) mountedAt(id, path string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.at == nil {
+		m.at = map[string]string{}
+	}
+	m.at[id] = path
+}
+
+func (m *mountCache) mounted(id string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.at[id]
+}
+
+func (m *mountCache) forget(id string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.at, id)
+	delete(m.fresh, id)
 }
 
 // UnmountRootfs unmounts a container's root filesystem and its image
@@ -192,6 +267,7 @@ func (s *Store) UnmountRootfs(ctx context.Context, containerID string) error {
 }
 
 func (s *Store) unmount(id string) error {
+	s.mounts.forget(id)
 	_, err := s.store.Unmount(id, true)
 	switch {
 	case err == nil, errors.Is(err, storage.ErrContainerUnknown), errors.Is(err, storage.ErrLayerUnknown),
@@ -211,8 +287,17 @@ func (s *Store) DeleteRootfs(ctx context.Context, containerID string) error {
 }
 
 func (s *Store) deleteLayer(ctx context.Context, id string) error {
-	if err := s.unmount(id); err != nil {
-		return err
+	s.mounts.forget(id)
+	// Unmount first only what storage counts as mounted: a forced unmount
+	// of an unmounted layer still calls umount and rewrites and fsyncs
+	// mountpoints.json under the store's global layer lock, and
+	// RemoveContainer has just unmounted (UnmountRootfs). A mount storage
+	// never counted (podunit killed inside Mount) is still taken down:
+	// DeleteContainer's removal unmounts what it finds busy.
+	if n, err := s.store.Mounted(id); err != nil || n > 0 {
+		if err := s.unmount(id); err != nil {
+			return err
+		}
 	}
 	err := s.store.DeleteContainer(id)
 	if err == nil || errors.Is(err, storage.ErrContainerUnknown) || errors.Is(err, storage.ErrNotAContainer) {

@@ -13,8 +13,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/podunit/podunit/errdefs"
+	"go.podman.io/storage/pkg/lockfile"
 )
 
 // mountHelperEnv makes TestMain act as a restarted podunit (see mountHelper).
@@ -107,6 +109,33 @@ func TestContainerRootfsLifecycle(t *testing.T) {
 	again, err := s.MountRootfs(ctx, cid)
 	if err != nil || again != path {
 		t.Fatalf("second mount: %q, %v", again, err)
+	}
+	// A rootfs this process mounted is answered without storage, also
+	// while another caller holds storage's store-wide lock (StartContainer
+	// during a burst of creates, issue 20).
+	lk, err := lockfile.GetLockFile(filepath.Join(s.store.GraphRoot(), "storage.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk.Lock()
+	done := make(chan error, 1)
+	go func() {
+		p, err := s.MountRootfs(ctx, cid)
+		if err == nil && p != path {
+			err = fmt.Errorf("mounted at %q, want %q", p, path)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		lk.Unlock()
+		if err != nil {
+			t.Fatalf("mount of a mounted rootfs: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		lk.Unlock()
+		<-done
+		t.Fatal("mount of a mounted rootfs waited for storage's store-wide lock")
 	}
 	if err := os.WriteFile(filepath.Join(path, "written"), make([]byte, 1<<20), 0o644); err != nil {
 		t.Fatal(err)

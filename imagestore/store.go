@@ -76,6 +76,11 @@ type Store struct {
 	// removeMu serialises untag/delete decisions so concurrent RemoveImage
 	// calls for one image all observe a consistent result.
 	removeMu sync.Mutex
+
+	// mounts are the writable layers this process knows about without
+	// asking storage, whose every call queues on store-wide locks behind
+	// other containers' creates (rootfs.go, mount).
+	mounts mountCache
 }
 
 // Reexec must be called first thing in main (and in TestMain) of any binary

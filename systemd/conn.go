@@ -36,8 +36,11 @@ type Conn interface {
 	SetUnitProperties(ctx context.Context, name string, props ...Property) error
 	// UnitProperties returns the properties of a unit: those of the Unit
 	// interface for iface "Unit", otherwise of every interface (Unit and
-	// Service/Slice...). ErrNotFound if the unit is not loaded.
-	UnitProperties(ctx context.Context, name, iface string) (map[string]any, error)
+	// Service/Slice...). With names, only those (and LoadState): each is
+	// read on its own, all at once, rather than every property of the
+	// unit (see DBus.UnitProperties). ErrNotFound if the unit is not
+	// loaded.
+	UnitProperties(ctx context.Context, name, iface string, names ...string) (map[string]any, error)
 	// FreezeUnit freezes every process of a unit (a slice: of the units
 	// below it) through the cgroup freezer and returns once systemd
 	// reports the unit frozen. ErrPrecondition where systemd cannot

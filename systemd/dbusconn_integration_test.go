@@ -55,6 +55,16 @@ func TestDBusAgainstRealSystemd(t *testing.T) {
 		if pid, _ := p["MainPID"].(uint32); pid == 0 {
 			t.Fatalf("no MainPID: %v", p["MainPID"])
 		}
+		// Named reads: those, from the Unit and the Service interface,
+		// the same values as in the full answer, and LoadState.
+		some, err := c.UnitProperties(ctx, "podunit-adapter.service", "Service", "ActiveState", "SubState", "MainPID", "ExecMainCode")
+		if err != nil {
+			t.Fatalf("named properties: %v", err)
+		}
+		if len(some) != 5 || some["LoadState"] != "loaded" || some["ActiveState"] != "active" || some["SubState"] != "running" ||
+			some["MainPID"] != p["MainPID"] || some["ExecMainCode"] != p["ExecMainCode"] {
+			t.Fatalf("named properties %v; full answer MainPID %v ExecMainCode %v", some, p["MainPID"], p["ExecMainCode"])
+		}
 		if err := c.StartTransientUnit(ctx, "podunit-adapter.service", props("/bin/true")); !errors.Is(err, errdefs.ErrExists) {
 			t.Fatalf("second start of a live unit: %v, want ErrExists", err)
 		}
@@ -67,6 +77,9 @@ func TestDBusAgainstRealSystemd(t *testing.T) {
 	}
 	if _, err := c.UnitProperties(ctx, "podunit-missing.service", "Service"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("properties of a missing unit: %v", err)
+	}
+	if _, err := c.UnitProperties(ctx, "podunit-missing.service", "Service", "MainPID", "ActiveState"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("named properties of a missing unit: %v", err)
 	}
 	if err := c.KillUnit(ctx, "podunit-missing.service", 15, false); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("kill of a missing unit: %v", err)

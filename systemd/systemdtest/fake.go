@@ -33,6 +33,9 @@ type Fake struct {
 	// answer (the unit's state is left as it was).
 	FreezeErr, ThawErr error
 	Down               bool // every call fails with ErrUnavailable
+	// PropertyReads are the names of every UnitProperties call, in order
+	// (nil: all of the unit's properties).
+	PropertyReads [][]string
 }
 
 var _ systemd.Conn = (*Fake)(nil)
@@ -134,12 +137,13 @@ func (f *Fake) SetUnitProperties(ctx context.Context, name string, props ...syst
 	return nil
 }
 
-func (f *Fake) UnitProperties(ctx context.Context, name, iface string) (map[string]any, error) {
+func (f *Fake) UnitProperties(ctx context.Context, name, iface string, names ...string) (map[string]any, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.record("get " + name); err != nil {
 		return nil, err
 	}
+	f.PropertyReads = append(f.PropertyReads, names)
 	u, ok := f.Units[name]
 	if !ok {
 		return nil, fmt.Errorf("unit %s: %w", name, errdefs.ErrNotFound)
@@ -147,6 +151,16 @@ func (f *Fake) UnitProperties(ctx context.Context, name, iface string) (map[stri
 	out := map[string]any{"Id": name, "LoadState": "loaded", "ActiveState": u.ActiveState}
 	for k, v := range u.Props {
 		out[k] = v
+	}
+	if len(names) > 0 {
+		// As systemd answers the named reads: those and LoadState only.
+		some := map[string]any{"LoadState": out["LoadState"]}
+		for _, n := range names {
+			if v, ok := out[n]; ok {
+				some[n] = v
+			}
+		}
+		out = some
 	}
 	return out, nil
 }

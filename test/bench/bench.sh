@@ -14,6 +14,10 @@
 #   ROUNDS          alternating rounds of every figure but density (default 2)
 #   ONLY            space-separated subset of: runp pull startlat critest logs density profile
 #   KEEP=1          leave the harness running at the end (debugging)
+#   PROFILE_PARALLEL  the profiled startlat's bursts (default 1: sequential)
+#   RUNTIMES        space-separated subset of: podunit containerd containerd2
+#                   (default all three; podunit alone for a before/after of a
+#                   podunit change; the table then has no ratios)
 #   CONTAINERD2_VERSION, CONTAINERD2_CACHE  see test/bench/build-containerd2.sh
 #
 # Layout: one harness (test/harness/podunit-harness.sh, --host-net --net-rw)
@@ -43,6 +47,8 @@ HARNESS=$REPO/test/harness/podunit-harness.sh
 : "${ROUNDS:=2}"
 : "${ONLY:=runp pull startlat critest logs density profile}"
 : "${KEEP:=0}"
+: "${PROFILE_PARALLEL:=1}"
+read -r -a RUNTIMES <<<"${RUNTIMES:-podunit containerd containerd2}"
 SUBNET=10.215.0.0/16
 BRIDGE=pu-bench0
 PPROF_ADDR=127.0.0.1:19098
@@ -64,11 +70,12 @@ case $PODUNIT_BINARY in "$REPO"/*) ;; *) die "PODUNIT_BINARY must lie inside $RE
 for c in crictl critest containerd containerd-shim-runc-v2 runc skopeo jq bc curl iptables; do
 	command -v "$c" >/dev/null || die "$c missing (make deps-test; apt-get install containerd)"
 done
+want() { [[ " $ONLY " == *" $1 "* ]]; }
+measured() { [[ " ${RUNTIMES[*]} " == *" $1 "* ]]; }
+
 # the second reference: containerd 2.x from the Go module proxy, cached
 log "containerd 2: test/bench/build-containerd2.sh (cached after the first build)"
 CTRD2_DIR=$(bash "$BENCH_DIR/build-containerd2.sh") || die "test/bench/build-containerd2.sh failed"
-
-want() { [[ " $ONLY " == *" $1 "* ]]; }
 
 registry_was_up=0
 registry_up && registry_was_up=1
@@ -257,17 +264,25 @@ bash "$HARNESS" start "$D" --host-net --net-rw --bind "$REPO" --bind "$BASE/cni"
 HNAME=$(bash "$HARNESS" name "$D")
 HPID=$(awk -F= '$1 == "PODUNIT_HARNESS_PID" {print $2}' "$BASE/env")
 hx() { bash "$HARNESS" exec "$D" "$@"; }
+endpoint() {
+	case $1 in
+	podunit) echo "$PU" ;;
+	containerd) echo "$CD" ;;
+	containerd2) echo "$CD2" ;;
+	esac
+}
 
-log "starting podunit and both containerds in the harness"
-hx systemd-run --unit=podunit.service --collect -p Type=notify -p NotifyAccess=main \
+log "starting ${RUNTIMES[*]} in the harness"
+measured podunit && hx systemd-run --unit=podunit.service --collect -p Type=notify -p NotifyAccess=main \
 	-p TimeoutStartSec=60 -p TimeoutStopSec=30 "$PODUNIT_BINARY" serve --config /etc/podunit/podunit.toml
 # what Debian's containerd.service sets that matters here
-hx systemd-run --unit=bench-containerd.service --collect -p Delegate=yes -p KillMode=process \
+measured containerd && hx systemd-run --unit=bench-containerd.service --collect -p Delegate=yes -p KillMode=process \
 	-p LimitNOFILE=infinity -p TasksMax=infinity /usr/bin/containerd --config /var/lib/bench-containerd/config.toml
 # containerd 2 the same way (containerd's own containerd.service sets the same)
-hx systemd-run --unit=bench-containerd2.service --collect -p Delegate=yes -p KillMode=process \
+measured containerd2 && hx systemd-run --unit=bench-containerd2.service --collect -p Delegate=yes -p KillMode=process \
 	-p LimitNOFILE=infinity -p TasksMax=infinity "$CTRD2_DIR/containerd" --config /var/lib/bench-containerd2/config.toml
-for ep in "$PU" "$CD" "$CD2"; do
+for rt in "${RUNTIMES[@]}"; do
+	ep=$(endpoint "$rt")
 	for _ in $(seq 1 150); do
 		crictl --runtime-endpoint "$ep" --image-endpoint "$ep" version >/dev/null 2>&1 && break
 		sleep 0.2
@@ -320,14 +335,6 @@ daemon_of() {
 	containerd2) echo containerd@/var/lib/bench-containerd2/config.toml ;;
 	esac
 }
-endpoint() {
-	case $1 in
-	podunit) echo "$PU" ;;
-	containerd) echo "$CD" ;;
-	containerd2) echo "$CD2" ;;
-	esac
-}
-RUNTIMES=(podunit containerd containerd2)
 
 sleep 5
 "$CRIBENCH" idle -harness "$HNAME" -pid1 "$HPID" -out "$RES" \
@@ -431,13 +438,24 @@ profile() {
 	for _ in $(seq 1 50); do curl -fsS -o /dev/null --max-time 1 "http://$addr/debug/pprof/" && break; sleep 0.2; done
 	# containers are profiled only when podunit started them in the measured runs
 	grep -q '"kind":"startlat","runtime":"podunit"' "$RES" 2>/dev/null || wl=runp
-	log "profiling podunit ($wl, 50 pods)"
+	local wlargs=(-n 50)
+	[[ $wl != startlat ]] || wlargs=(-n 50 -parallel "$PROFILE_PARALLEL")
+	log "profiling podunit ($wl ${wlargs[*]})"
 	curl -fsS -o "$BENCH_OUT/podunit.cpu.pprof" "http://$addr/debug/pprof/profile?seconds=40" &
 	local prof=$!
+	# goroutine dumps during the run: where requests wait (a lock, a D-Bus
+	# reply, a child process) shows as many goroutines on one line
+	(for i in $(seq -w 1 20); do
+		sleep 1.5
+		curl -fsS -o "$BENCH_OUT/goroutines-$i.txt" "http://$addr/debug/pprof/goroutine?debug=1" || true
+	done) &
+	local dumps=$!
 	sleep 1
-	"$CRIBENCH" "$wl" -endpoint "$PU" -name podunit-profiled -n 50 -out "$BENCH_OUT/profile-run.jsonl" >"$BENCH_OUT/profile-run.log" 2>&1 || true
+	"$CRIBENCH" "$wl" -endpoint "$PU" -name podunit-profiled "${wlargs[@]}" -out "$BENCH_OUT/profile-run.jsonl" >"$BENCH_OUT/profile-run.log" 2>&1 || true
 	wait "$prof" || return 1
+	wait "$dumps" || true
 	curl -fsS -o "$BENCH_OUT/podunit.block.pprof" "http://$addr/debug/pprof/block" || true
+	curl -fsS -o "$BENCH_OUT/podunit.mutex.pprof" "http://$addr/debug/pprof/mutex" || true
 	log "profiling podunit (pull.sh, 6 pulls)"
 	curl -fsS -o "$BENCH_OUT/podunit.pull.cpu.pprof" "http://$addr/debug/pprof/profile?seconds=15" &
 	prof=$!
@@ -450,7 +468,9 @@ profile() {
 	go tool pprof -top -cum -nodecount=60 "$bin" "$BENCH_OUT/podunit.cpu.pprof" >"$BENCH_OUT/pprof-cum.txt" 2>&1
 	[[ ! -s $BENCH_OUT/podunit.block.pprof ]] ||
 		go tool pprof -top -cum -nodecount=60 -focus='podunit/cri\.' "$bin" "$BENCH_OUT/podunit.block.pprof" >"$BENCH_OUT/pprof-block.txt" 2>&1
-	echo "profile_workload=$wl" >>"$BENCH_OUT/machine.env"
+	[[ ! -s $BENCH_OUT/podunit.mutex.pprof ]] ||
+		go tool pprof -top -cum -nodecount=60 "$bin" "$BENCH_OUT/podunit.mutex.pprof" >"$BENCH_OUT/pprof-mutex.txt" 2>&1
+	echo "profile_workload=$wl ${wlargs[*]}" >>"$BENCH_OUT/machine.env"
 }
 if want profile; then profile || log "profiling failed (see $BENCH_OUT)"; fi
 

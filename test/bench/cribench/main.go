@@ -5,6 +5,9 @@
 //	    pod + container start to RUNNING: RunPodSandbox, CreateContainer,
 //	    StartContainer, then ContainerStatus until CONTAINER_RUNNING. With
 //	    -parallel P the samples run in bursts of P started together.
+//	cribench ops -endpoint E -n 20 -status 10 -out FILE
+//	    one container's create, start, verbose status, stop and remove,
+//	    sequential, in one pod (ops.go).
 //	cribench runp -endpoint E -n 50 -out FILE
 //	    RunPodSandbox latency, sequential, pods kept until the end.
 //	cribench density -endpoint E -counts 1,50,100 -harness-pid PID -daemon NAME -out FILE
@@ -44,7 +47,7 @@ const SleepArg = "86399"
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: cribench startlat|runp|density|report [flags]")
+		fmt.Fprintln(os.Stderr, "usage: cribench startlat|ops|runp|density|report [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -53,6 +56,8 @@ func main() {
 		err = cmdStartLat(os.Args[2:])
 	case "runp":
 		err = cmdRunp(os.Args[2:])
+	case "ops":
+		err = cmdOps(os.Args[2:])
 	case "density":
 		err = cmdDensity(os.Args[2:])
 	case "cpuwatch":
