@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -21,7 +23,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/client-go/transport/spdy"
 	clientexec "k8s.io/client-go/util/exec"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -52,14 +56,17 @@ func (l *lineLog) waitFor(t *testing.T, n int, timeout time.Duration, what strin
 	}
 }
 
-// TestExecOutlivesPodunitRestart: an exec streamed through the URL podunit
+// TestSessionsOutlivePodunitRestart: an exec streamed through the URL podunit
 // hands out keeps running and printing, and its exit code arrives, while
 // podunit is restarted by `systemctl restart` from the shipped unit
 // (KillMode=mixed kills podunit.service's cgroup): the session and the
-// runtime's exec process live in podunit-stream.service. Afterwards the
+// runtime's exec process live in podunit-stream.service. So do an attach
+// (its lines go on, consecutive, and it ends when its container stops) and
+// a port-forwarded connection (every line of the pod's server arrives
+// across the restart). Afterwards the
 // restarted podunit registers new sessions with the same session process,
 // and bad requests get podunit's codes.
-func TestExecOutlivesPodunitRestart(t *testing.T) {
+func TestSessionsOutlivePodunitRestart(t *testing.T) {
 	h := harness.Start(t, harness.Options{HostNet: true}) // the streaming URL is on the harness' loopback
 	bin := harness.Binary(t)
 	if err := os.WriteFile(filepath.Join(h.ConfigDir, "podunit.toml"), []byte(h.TestConfig()), 0o644); err != nil {
@@ -92,30 +99,106 @@ func TestExecOutlivesPodunitRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("RunPodSandbox: %v", err)
 	}
-	ctr, err := rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
-		PodSandboxId: pod.PodSandboxId,
-		Config: &runtimeapi.ContainerConfig{
-			Metadata: &runtimeapi.ContainerMetadata{Name: "idle"},
-			Image:    &runtimeapi.ImageSpec{Image: pulled.ImageRef},
-			Command:  []string{"sleep", "3600"},
-			Linux:    &runtimeapi.LinuxContainerConfig{},
-		},
-		SandboxConfig: podCfg,
-	})
-	if err != nil {
-		t.Fatalf("CreateContainer: %v", err)
-	}
-	id := ctr.ContainerId
-	if _, err := rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
-		t.Fatalf("StartContainer: %v", err)
+	start := func(name string, stdin bool, cmd ...string) string {
+		t.Helper()
+		ctr, err := rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+			PodSandboxId: pod.PodSandboxId,
+			Config: &runtimeapi.ContainerConfig{
+				Metadata: &runtimeapi.ContainerMetadata{Name: name},
+				Image:    &runtimeapi.ImageSpec{Image: pulled.ImageRef},
+				Command:  cmd, Stdin: stdin,
+				Linux: &runtimeapi.LinuxContainerConfig{},
+			},
+			SandboxConfig: podCfg,
+		})
+		if err != nil {
+			t.Fatalf("CreateContainer %s: %v", name, err)
+		}
+		if _, err := rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: ctr.ContainerId}); err != nil {
+			t.Fatalf("StartContainer %s: %v", name, err)
+		}
+		return ctr.ContainerId
 	}
 	t.Cleanup(func() {
 		ctx := harness.Context(t, 2*time.Minute)
 		_, _ = rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod.PodSandboxId})
 		_, _ = rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod.PodSandboxId})
 	})
+	const total, pfTotal = 60, 100
+	id := start("idle", false, "sleep", "3600")
+	ticker := start("ticker", true, "sh", "-c", "i=0; while :; do echo tick $i; i=$((i+1)); sleep 0.2; done")
+	// One connection at a time on 8080, each answered with pfTotal lines.
+	start("server", false, "sh", "-c", fmt.Sprintf(`printf '#!/bin/sh\ni=0; while [ $i -lt %d ]; do echo pf $i; i=$((i+1)); sleep 0.2; done\n' >/tmp/lines && chmod +x /tmp/lines && exec nc -ll -p 8080 -e /tmp/lines`, pfTotal))
 
-	const total = 60
+	// Attach to the ticker (its output from the relay's taps).
+	aresp, err := rt.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: ticker, Stdout: true, Stderr: true})
+	if err != nil {
+		t.Fatalf("Attach: %v", err)
+	}
+	au, _ := url.Parse(aresp.Url)
+	ae, err := remotecommand.NewSPDYExecutor(&rest.Config{}, "POST", au)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apr, apw := io.Pipe()
+	ticks := &lineLog{}
+	go ticks.follow(apr)
+	attached := make(chan error, 1)
+	go func() {
+		err := ae.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: apw, Stderr: io.Discard})
+		apw.Close()
+		attached <- err
+	}()
+
+	// Port-forward to the server: a connection reading its lines.
+	presp, err := rt.PortForward(ctx, &runtimeapi.PortForwardRequest{PodSandboxId: pod.PodSandboxId, Port: []int32{8080}})
+	if err != nil {
+		t.Fatalf("PortForward: %v", err)
+	}
+	pu, _ := url.Parse(presp.Url)
+	tr, upgrader, err := spdy.RoundTripperFor(&rest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopPF, readyPF := make(chan struct{}), make(chan struct{})
+	defer close(stopPF)
+	var pfErr strings.Builder
+	pf, err := portforward.New(spdy.NewDialer(upgrader, &http.Client{Transport: tr}, "POST", pu), []string{"0:8080"}, stopPF, readyPF, io.Discard, &pfErr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = pf.ForwardPorts() }()
+	select {
+	case <-readyPF:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("port-forward not ready: %s", pfErr.String())
+	}
+	ports, err := pf.GetPorts()
+	if err != nil || len(ports) != 1 {
+		t.Fatalf("port-forward ports %v, %v", ports, err)
+	}
+	var pconn net.Conn
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		// The server may not listen yet: the forward then closes the
+		// connection at once.
+		if pconn, err = net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", ports[0].Local)); err != nil {
+			t.Fatal(err)
+		}
+		first := make([]byte, 5)
+		_ = pconn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(pconn, first); err == nil && string(first) == "pf 0\n" {
+			_ = pconn.SetReadDeadline(time.Time{})
+			break
+		}
+		pconn.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("no line through the port-forward: %s", pfErr.String())
+		}
+	}
+	forwarded := &lineLog{lines: []string{"pf 0"}}
+	pfDone := make(chan struct{})
+	go func() { forwarded.follow(pconn); close(pfDone) }()
+
 	resp, err := rt.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: id, Stdout: true, Stderr: true,
 		Cmd: []string{"sh", "-c", fmt.Sprintf("i=0; while [ $i -lt %d ]; do echo line $i; i=$((i+1)); sleep 0.2; done; exit 7", total)}})
 	if err != nil {
@@ -139,7 +222,9 @@ func TestExecOutlivesPodunitRestart(t *testing.T) {
 		pw.Close()
 		done <- err
 	}()
-	out.waitFor(t, 3, 30*time.Second, "before the restart")
+	out.waitFor(t, 3, 30*time.Second, "exec before the restart")
+	ticks.waitFor(t, 3, 30*time.Second, "attach before the restart")
+	forwarded.waitFor(t, 3, 30*time.Second, "port-forward before the restart")
 
 	// The runtime's exec process is the session process's, not podunit's.
 	if cg := h.MustExec("systemd-cgls", "--no-pager", "-u", "podunit-stream.service"); !strings.Contains(cg, " exec ") {
@@ -154,12 +239,14 @@ func TestExecOutlivesPodunitRestart(t *testing.T) {
 	if pid := restartPodunitPID(t, h); pid == oldPID || h.UnitActiveState("podunit.service") != "active" {
 		t.Fatalf("podunit.service not restarted (main PID %d, was %d)", pid, oldPID)
 	}
-	atRestart := out.n()
-	t.Logf("%d lines before podunit was restarted", atRestart)
-	if atRestart >= total-10 {
-		t.Fatalf("the restart took too long to prove anything: %d of %d lines already", atRestart, total)
+	atRestart, pfAtRestart, ticksAtRestart := out.n(), forwarded.n(), ticks.n()
+	t.Logf("lines before podunit was restarted: exec %d, port-forward %d, attach %d", atRestart, pfAtRestart, ticksAtRestart)
+	if atRestart >= total-10 || pfAtRestart >= pfTotal-10 {
+		t.Fatalf("the restart took too long to prove anything: exec %d of %d lines, port-forward %d of %d already", atRestart, total, pfAtRestart, pfTotal)
 	}
-	out.waitFor(t, atRestart+5, 10*time.Second, "after the restart")
+	out.waitFor(t, atRestart+5, 10*time.Second, "exec after the restart")
+	ticks.waitFor(t, ticksAtRestart+5, 10*time.Second, "attach after the restart")
+	forwarded.waitFor(t, pfAtRestart+5, 10*time.Second, "port-forward after the restart")
 
 	select {
 	case err = <-done:
@@ -182,6 +269,50 @@ func TestExecOutlivesPodunitRestart(t *testing.T) {
 		t.Errorf("%d lines, want %d", len(out.lines), total)
 	}
 	out.mu.Unlock()
+
+	// The forwarded connection got every line and ended with the server's.
+	select {
+	case <-pfDone:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the forwarded connection did not end; %d lines", forwarded.n())
+	}
+	forwarded.mu.Lock()
+	for i, l := range forwarded.lines {
+		if want := fmt.Sprintf("pf %d", i); l != want {
+			t.Errorf("forwarded line %d is %q, want %q", i, l, want)
+			break
+		}
+	}
+	if len(forwarded.lines) != pfTotal {
+		t.Errorf("%d forwarded lines, want %d", len(forwarded.lines), pfTotal)
+	}
+	forwarded.mu.Unlock()
+
+	// The attach saw consecutive ticks, and ends when its container stops.
+	if _, err := rt.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: ticker, Timeout: 2}); err != nil {
+		t.Fatalf("StopContainer: %v", err)
+	}
+	select {
+	case err := <-attached:
+		if err != nil {
+			t.Errorf("attach ended with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the attach did not end with its container; %d ticks", ticks.n())
+	}
+	ticks.mu.Lock()
+	var first int
+	if len(ticks.lines) == 0 || func() bool { _, err := fmt.Sscanf(ticks.lines[0], "tick %d", &first); return err != nil }() {
+		t.Errorf("attach output %q", ticks.lines)
+	}
+	for i, l := range ticks.lines {
+		if want := fmt.Sprintf("tick %d", first+i); l != want {
+			t.Errorf("attach line %d is %q, want %q", i, l, want)
+			break
+		}
+	}
+	t.Logf("attach: %d consecutive ticks from tick %d", len(ticks.lines), first)
+	ticks.mu.Unlock()
 
 	// The restarted podunit registers new sessions with the same process.
 	resp, err = rt.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: id, Stdout: true, Cmd: []string{"echo", "after-restart"}})
