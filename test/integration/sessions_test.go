@@ -45,6 +45,20 @@ func (l *lineLog) follow(r io.Reader) {
 	}
 }
 
+// lockedText is a writer several forwarders may share.
+type lockedText struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *lockedText) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedText) String() string { w.mu.Lock(); defer w.mu.Unlock(); return w.b.String() }
+
 func (l *lineLog) n() int { l.mu.Lock(); defer l.mu.Unlock(); return len(l.lines) }
 
 func (l *lineLog) waitFor(t *testing.T, n int, timeout time.Duration, what string) {
@@ -150,47 +164,57 @@ func TestSessionsOutlivePodunitRestart(t *testing.T) {
 		attached <- err
 	}()
 
-	// Port-forward to the server: a connection reading its lines.
-	presp, err := rt.PortForward(ctx, &runtimeapi.PortForwardRequest{PodSandboxId: pod.PodSandboxId, Port: []int32{8080}})
-	if err != nil {
-		t.Fatalf("PortForward: %v", err)
-	}
-	pu, _ := url.Parse(presp.Url)
+	// Port-forward to the server: a connection reading its lines. Until
+	// the server listens, a connection is refused in the pod, and
+	// client-go then ends the whole forward: a new one is made per try.
 	tr, upgrader, err := spdy.RoundTripperFor(&rest.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopPF, readyPF := make(chan struct{}), make(chan struct{})
-	defer close(stopPF)
-	var pfErr strings.Builder
-	pf, err := portforward.New(spdy.NewDialer(upgrader, &http.Client{Transport: tr}, "POST", pu), []string{"0:8080"}, stopPF, readyPF, io.Discard, &pfErr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = pf.ForwardPorts() }()
-	select {
-	case <-readyPF:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("port-forward not ready: %s", pfErr.String())
-	}
-	ports, err := pf.GetPorts()
-	if err != nil || len(ports) != 1 {
-		t.Fatalf("port-forward ports %v, %v", ports, err)
-	}
-	var pconn net.Conn
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		// The server may not listen yet: the forward then closes the
-		// connection at once.
-		if pconn, err = net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", ports[0].Local)); err != nil {
+	pfErr := &lockedText{}
+	tryForward := func() (net.Conn, func()) {
+		presp, err := rt.PortForward(ctx, &runtimeapi.PortForwardRequest{PodSandboxId: pod.PodSandboxId, Port: []int32{8080}})
+		if err != nil {
+			t.Fatalf("PortForward: %v", err)
+		}
+		pu, _ := url.Parse(presp.Url)
+		stopPF, readyPF := make(chan struct{}), make(chan struct{})
+		pf, err := portforward.New(spdy.NewDialer(upgrader, &http.Client{Transport: tr}, "POST", pu), []string{"0:8080"}, stopPF, readyPF, io.Discard, pfErr)
+		if err != nil {
 			t.Fatal(err)
 		}
+		go func() { _ = pf.ForwardPorts() }()
+		select {
+		case <-readyPF:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("port-forward not ready: %s", pfErr.String())
+		}
+		ports, err := pf.GetPorts()
+		if err != nil || len(ports) != 1 {
+			t.Fatalf("port-forward ports %v, %v", ports, err)
+		}
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", ports[0].Local))
+		if err != nil {
+			close(stopPF)
+			return nil, nil
+		}
 		first := make([]byte, 5)
-		_ = pconn.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if _, err := io.ReadFull(pconn, first); err == nil && string(first) == "pf 0\n" {
-			_ = pconn.SetReadDeadline(time.Time{})
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadFull(c, first); err != nil || string(first) != "pf 0\n" {
+			c.Close()
+			close(stopPF)
+			return nil, nil
+		}
+		_ = c.SetReadDeadline(time.Time{})
+		return c, func() { close(stopPF) }
+	}
+	var pconn net.Conn
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(300 * time.Millisecond) {
+		var stop func()
+		if pconn, stop = tryForward(); pconn != nil {
+			defer stop()
 			break
 		}
-		pconn.Close()
 		if time.Now().After(deadline) {
 			t.Fatalf("no line through the port-forward: %s", pfErr.String())
 		}
