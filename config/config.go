@@ -106,7 +106,7 @@ type Handler struct {
 
 // Streaming is the exec/attach/port-forward server.
 type Streaming struct {
-	Address string `toml:"address" doc:"Streaming server listen address (host:port); port 0 picks one."`
+	Address string `toml:"address" doc:"Streaming server listen address (host:port) of the session process podunit-stream.service; port 0 picks one."`
 	TLSCert string `toml:"tls_cert" doc:"PEM certificate for the streaming server; empty serves plain HTTP."`
 	TLSKey  string `toml:"tls_key" doc:"PEM key matching tls_cert."`
 }

@@ -106,6 +106,8 @@ func (m *Manager) StreamTarget(ctx context.Context, id string) (streaming.Target
 		StdinOnce: r.Config.GetStdinOnce(),
 		// The relay holds a tty container's terminal (docs/streaming.md).
 		TTY: r.Config.GetTty(),
+		// For the session process, which watches the container itself.
+		InitPID: c.init.pid, InitStart: c.init.start, ExitFile: m.exitFile(r.ID),
 	}
 	if t.TTY {
 		t.TapDir = m.runDir(r.ID)

@@ -5,10 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
-
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/oci"
@@ -60,7 +57,8 @@ func (m *Manager) ExecSync(ctx context.Context, id string, cmd []string, timeout
 // Exec runs p in a running container and waits for it: ExecSync's and the
 // streaming server's one way in (streaming.Executor), with or without a
 // terminal. The process is the container's own with p's command (see
-// execProcess); the runtime's Exec runs it.
+// oci.ExecSpec); the runtime's Exec runs it. Streamed execs run the same
+// way in the session process (ExecTarget, docs/streaming.md).
 func (m *Manager) Exec(ctx context.Context, id string, p streaming.ExecProcess) (int, error) {
 	if len(p.Args) == 0 {
 		return -1, fmt.Errorf("exec in container %s: empty command: %w", id, errdefs.ErrInvalid)
@@ -73,7 +71,7 @@ func (m *Manager) Exec(ctx context.Context, id string, p streaming.ExecProcess) 
 	if err != nil || spec.Process == nil {
 		return -1, fmt.Errorf("exec in container %s: bundle: %v: %w", id, err, errdefs.ErrNotFound)
 	}
-	proc := execProcess(spec.Process, p.Args, p.TTY)
+	proc := oci.ExecSpec(spec.Process, p.Args, p.TTY)
 	code, err := rt.Exec(ctx, r.ID, oci.ExecProcess{Process: proc, Stdin: p.Stdin, Stdout: p.Stdout, Stderr: p.Stderr, Resize: p.Resize})
 	if err != nil {
 		return code, fmt.Errorf("exec in container %s: %w", id, err)
@@ -81,21 +79,24 @@ func (m *Manager) Exec(ctx context.Context, id string, p streaming.ExecProcess) 
 	return code, nil
 }
 
-// execProcess derives an exec'd process from the container's: it gets the
-// container's identity, environment, working directory, capabilities,
-// confinement and OOM score (not podunit's, which it would otherwise
-// inherit): only the command and whether it gets a terminal (its own,
-// whatever the container's) differ.
-func execProcess(ctr *specs.Process, cmd []string, terminal bool) specs.Process {
-	p := *ctr
-	p.Args = slices.Clone(cmd)
-	p.Terminal = terminal
-	p.ConsoleSize = nil
-	// The runtime refuses a relative or empty cwd.
-	if p.Cwd == "" {
-		p.Cwd = "/"
+// ExecTarget is what the streaming session process needs to run execs in
+// a running container (streaming.ExecTargets): its runtime, described so
+// that the other process builds the same one, and its process, from which
+// each exec's is derived (oci.ExecSpec) as Exec does here.
+func (m *Manager) ExecTarget(ctx context.Context, id string) (streaming.ExecTarget, error) {
+	r, rt, err := m.running(ctx, id)
+	if err != nil {
+		return streaming.ExecTarget{}, err
 	}
-	return p
+	cli, ok := rt.(interface{ Spec() oci.CLISpec })
+	if !ok {
+		return streaming.ExecTarget{}, fmt.Errorf("exec in container %s: runtime %s cannot be described to the session process: %w", id, rt.Name(), errdefs.ErrPrecondition)
+	}
+	spec, err := oci.ReadBundle(m.bundleDir(r.ID))
+	if err != nil || spec.Process == nil {
+		return streaming.ExecTarget{}, fmt.Errorf("exec in container %s: bundle: %v: %w", id, err, errdefs.ErrNotFound)
+	}
+	return streaming.ExecTarget{ID: r.ID, Runtime: cli.Spec(), Process: *spec.Process}, nil
 }
 
 // running returns a container's record and runtime if it is running now.

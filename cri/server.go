@@ -13,7 +13,6 @@ import (
 	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/podlife"
 	"github.com/podunit/podunit/sandbox"
-	"github.com/podunit/podunit/streaming"
 	"github.com/podunit/podunit/systemd"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -25,6 +24,14 @@ const (
 	kubeAPIVersion    = "0.1.0"
 )
 
+// Streamer hands out the URLs of exec, attach and port-forward sessions:
+// streaming.Remote, which registers them with the session process.
+type Streamer interface {
+	Exec(context.Context, *runtimeapi.ExecRequest) (*runtimeapi.ExecResponse, error)
+	Attach(context.Context, *runtimeapi.AttachRequest) (*runtimeapi.AttachResponse, error)
+	PortForward(context.Context, *runtimeapi.PortForwardRequest) (*runtimeapi.PortForwardResponse, error)
+}
+
 // Deps are the packages the server translates to.
 type Deps struct {
 	// Config returns the running configuration, which a reload replaces.
@@ -34,7 +41,7 @@ type Deps struct {
 	Pods       *sandbox.Manager
 	Containers *container.Manager
 	Logs       LogReopener
-	Stream     *streaming.Server
+	Stream     Streamer
 	Stats      StatsDeps
 	// Handlers are the default handler and each handler in force with its
 	// features (container.Manager.HandlerFeatures: probed at start and at
@@ -64,7 +71,7 @@ type Server struct {
 	// both managers goes through it, never through pods or ctrs alone.
 	life     *podlife.Pods
 	logs     LogReopener
-	stream   *streaming.Server
+	stream   Streamer
 	stats    StatsDeps
 	version  string
 	handlers func() (string, map[string]oci.Features)

@@ -11,7 +11,8 @@ import (
 
 // Exec, Attach and PortForward only check the request and hand out a
 // single-use URL of the streaming server; the streams themselves are
-// served there (package streaming).
+// served there, in the session process podunit-stream.service, which
+// outlives podunit (package streaming, docs/streaming.md).
 
 func (s *Server) Exec(ctx context.Context, req *runtimeapi.ExecRequest) (*runtimeapi.ExecResponse, error) {
 	if s.stream == nil {

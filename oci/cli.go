@@ -66,6 +66,20 @@ func newCLI(f Flavor, cfg CLIConfig) *CLI {
 	return &CLI{flavor: f, cfg: cfg}
 }
 
+// CLISpec is what a CLI is made of, in a form that crosses processes: the
+// streaming session process runs a container's execs with the runtime
+// podunit describes to it (docs/streaming.md "Session process").
+type CLISpec struct {
+	Flavor Flavor    `json:"flavor"`
+	Config CLIConfig `json:"config"`
+}
+
+// Spec describes c; Spec().CLI() is an equal CLI.
+func (c *CLI) Spec() CLISpec { return CLISpec{Flavor: c.flavor, Config: c.cfg} }
+
+// CLI makes the runtime s describes.
+func (s CLISpec) CLI() *CLI { return newCLI(s.Flavor, s.Config) }
+
 // Name implements Runtime.
 func (c *CLI) Name() string { return c.cfg.Name }
 

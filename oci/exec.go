@@ -5,11 +5,14 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // tailBuffer keeps the last max bytes: the runtime's own error, if any, is
@@ -81,4 +84,21 @@ func killByPidFile(pidFile string, exited <-chan struct{}) {
 		case <-t.C:
 		}
 	}
+}
+
+// ExecSpec derives an exec'd process from the container's: it gets the
+// container's identity, environment, working directory, capabilities,
+// confinement and OOM score (not podunit's, which it would otherwise
+// inherit): only the command and whether it gets a terminal (its own,
+// whatever the container's) differ.
+func ExecSpec(ctr *specs.Process, cmd []string, terminal bool) specs.Process {
+	p := *ctr
+	p.Args = slices.Clone(cmd)
+	p.Terminal = terminal
+	p.ConsoleSize = nil
+	// The runtime refuses a relative or empty cwd.
+	if p.Cwd == "" {
+		p.Cwd = "/"
+	}
+	return p
 }

@@ -10,8 +10,11 @@ import (
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	utilexec "k8s.io/utils/exec"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/podunit/podunit/console"
 	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/oci"
 )
 
 // Target is what streaming needs to know about one container.
@@ -32,6 +35,28 @@ type Target struct {
 	// of an attachable container: its output byte for byte, partial lines
 	// included, which the journal only has once a line is complete.
 	TapDir string
+	// InitPID and InitStart (procstat's start time) identify the
+	// container's init while it runs (0 when unknown), ExitFile is where
+	// its exit record appears: the session process, which cannot ask
+	// podunit, tells from them that the container stopped.
+	InitPID   int
+	InitStart uint64
+	ExitFile  string
+}
+
+// ExecTarget is what the session process needs to run a container's
+// execs with the one exec of package oci: the container's runtime and its
+// process, from which oci.ExecSpec derives each exec's.
+type ExecTarget struct {
+	ID      string
+	Runtime oci.CLISpec
+	Process specs.Process
+}
+
+// ExecTargets resolves a running container's ExecTarget
+// (container.Manager); an unknown container wraps errdefs.ErrNotFound.
+type ExecTargets interface {
+	ExecTarget(ctx context.Context, id string) (ExecTarget, error)
 }
 
 // Containers looks containers up for exec and attach. An unknown ID must
@@ -84,7 +109,12 @@ type handler struct {
 }
 
 func (h *handler) running(ctx context.Context, id string) (Target, error) {
-	t, err := h.d.Containers.StreamTarget(ctx, id)
+	return running(ctx, h.d.Containers, id)
+}
+
+// running is the container's Target if it runs now.
+func running(ctx context.Context, cs Containers, id string) (Target, error) {
+	t, err := cs.StreamTarget(ctx, id)
 	if err != nil {
 		return Target{}, fmt.Errorf("container %s: %w", id, err)
 	}

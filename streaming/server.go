@@ -215,18 +215,26 @@ func (s *Server) remember(url string, req interface {
 
 // PortForward checks that the pod exists and returns a single-use URL.
 func (s *Server) PortForward(ctx context.Context, req *runtimeapi.PortForwardRequest) (*runtimeapi.PortForwardResponse, error) {
-	if req.GetPodSandboxId() == "" {
-		return nil, fmt.Errorf("pod_sandbox_id is required: %w", errdefs.ErrInvalid)
-	}
-	for _, p := range req.GetPort() {
-		if p <= 0 || p > 65535 {
-			return nil, fmt.Errorf("port %d out of range: %w", p, errdefs.ErrInvalid)
-		}
+	if err := checkPortForward(req); err != nil {
+		return nil, err
 	}
 	if _, err := s.h.d.Pods.NetNSPath(ctx, req.GetPodSandboxId()); err != nil {
 		return nil, fmt.Errorf("port-forward to pod %s: %w", req.GetPodSandboxId(), err)
 	}
 	return s.lib.GetPortForward(req)
+}
+
+// checkPortForward checks a port-forward request's own fields.
+func checkPortForward(req *runtimeapi.PortForwardRequest) error {
+	if req.GetPodSandboxId() == "" {
+		return fmt.Errorf("pod_sandbox_id is required: %w", errdefs.ErrInvalid)
+	}
+	for _, p := range req.GetPort() {
+		if p <= 0 || p > 65535 {
+			return fmt.Errorf("port %d out of range: %w", p, errdefs.ErrInvalid)
+		}
+	}
+	return nil
 }
 
 // checkStreams repeats the library's request checks with podunit's error

@@ -29,7 +29,7 @@ type services struct {
 	images  *imagestore.Store
 	pods    *sandbox.Manager
 	ctrs    *container.Manager
-	stream  *streaming.Server
+	stream  *streaming.Remote
 	hub     *events.Hub
 	metrics *metricsEndpoint
 	gc      *gc.Runner
@@ -42,9 +42,6 @@ type services struct {
 func (s *services) close() {
 	for i := len(s.stop) - 1; i >= 0; i-- {
 		s.stop[i]()
-	}
-	if s.stream != nil {
-		s.stream.Close()
 	}
 	if s.metrics != nil {
 		s.metrics.stop()
@@ -181,9 +178,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 		s.stop = append(s.stop, stopAdmin)
 	}
 
-	if s.stream, err = startStreaming(cfg, s, storedFDs, log); err != nil {
-		return nil, err
-	}
+	s.stream = startStreaming(cfg, s, storedFDs, log)
 	if err := startEvents(ctx, cfg, s, s.hub, log); err != nil {
 		return nil, err
 	}

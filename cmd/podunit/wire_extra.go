@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"github.com/podunit/podunit/gc"
 	"github.com/podunit/podunit/logrelay"
 	"github.com/podunit/podunit/metrics"
+	"github.com/podunit/podunit/mountns"
 	"github.com/podunit/podunit/network"
 	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/stats"
@@ -59,27 +59,28 @@ func (s statsSource) StatsPods(ctx context.Context) ([]cristats.Pod, error) {
 	return out, nil
 }
 
-// startStreaming builds the exec/attach/port-forward server.
-func startStreaming(cfg *config.Config, s *services, stored []*os.File, log *slog.Logger) (*streaming.Server, error) {
-	streaming.ReleaseStored(stored, streaming.NotifyFDStore{}, log.With("component", "streaming"))
-	srv, err := streaming.New(streaming.Config{
-		Address: cfg.Streaming.Address, TLSCert: cfg.Streaming.TLSCert, TLSKey: cfg.Streaming.TLSKey,
-	}, streaming.Deps{
-		Containers: s.ctrs, Pods: podNetNS{s.pods},
-		Exec:      s.ctrs,
-		Output:    streaming.JournalFollower{},
-		Terminals: s.relay,
-		Logger:    log.With("component", "streaming"),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("streaming server: %w", err)
+// startStreaming starts (or finds) the streaming session process,
+// podunit-stream.service, which serves the exec/attach/port-forward URLs
+// and runs the sessions outside podunit's cgroup, so a podunit restart
+// ends none (docs/streaming.md "Session process"). podunit only checks
+// requests and registers sessions with it.
+func startStreaming(cfg *config.Config, s *services, stored []*os.File, log *slog.Logger) *streaming.Remote {
+	log = log.With("component", "streaming")
+	streaming.ReleaseStored(stored, streaming.NotifyFDStore{}, log)
+	sc := streaming.Config{Address: cfg.Streaming.Address, TLSCert: cfg.Streaming.TLSCert, TLSKey: cfg.Streaming.TLSKey}
+	sock := filepath.Join(cfg.Paths.RunDir, "stream.sock")
+	props := streaming.UnitProperties(mountns.Wrap(mountNS(cfg), []string{s.self, streaming.HelperName}),
+		sock, s.relay.Socket, sc)
+	ensure := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		return streaming.Ensure(ctx, s.systemd, props, sock, sc, log)
 	}
-	go func() {
-		if err := srv.Serve(); err != nil {
-			log.Error("streaming server stopped", "err", err)
-		}
-	}()
-	return srv, nil
+	if err := ensure(context.Background()); err != nil {
+		// Not fatal: the next Exec, Attach or PortForward tries again.
+		log.Warn("streaming session process not running", "err", err)
+	}
+	return &streaming.Remote{Socket: sock, Containers: s.ctrs, Execs: s.ctrs, Pods: podNetNS{s.pods}, Ensure: ensure}
 }
 
 // startEvents subscribes to systemd's unit signals and translates them to
