@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -95,6 +96,8 @@ func UnitProperties(command []string, socket, relaySocket string, cfg Config) []
 	}
 	return []systemd.Property{
 		p("Description", "podunit streaming sessions: exec, attach and port-forward"),
+		// nsenter, which enters the mount namespace, would name the lines
+		p("SyslogIdentifier", strings.TrimSuffix(UnitName, ".service")),
 		p("Type", "notify"),
 		p("NotifyAccess", "main"),
 		sddbus.PropExecStart(argv, false),

@@ -257,10 +257,11 @@ EOF
 cp "$BASE/ctrd2/config.toml" "$BENCH_OUT/containerd2.toml"
 
 log "booting the harness in $D"
+# 9>&-: a harness kept with KEEP=1 must not hold the critest lock
 bash "$HARNESS" start "$D" --host-net --net-rw --bind "$REPO" --bind "$BASE/cni" --bind "$BASE/certs.d" \
 	--bind "$BASE/pulib:/var/lib/podunit" --bind "$BASE/ctrd:/var/lib/bench-containerd" \
 	--bind "$BASE/ctrd2:/var/lib/bench-containerd2" --bind "$CTRD2_DIR" \
-	--bind "$BASE/pods:/var/log/pods" --bind "$BASE/etc:/etc/podunit" --bind "$LOGROOT" >"$BASE/env"
+	--bind "$BASE/pods:/var/log/pods" --bind "$BASE/etc:/etc/podunit" --bind "$LOGROOT" >"$BASE/env" 9>&-
 HNAME=$(bash "$HARNESS" name "$D")
 HPID=$(awk -F= '$1 == "PODUNIT_HARNESS_PID" {print $2}' "$BASE/env")
 hx() { bash "$HARNESS" exec "$D" "$@"; }

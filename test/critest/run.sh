@@ -154,10 +154,11 @@ iptables -I FORWARD -d "$SUBNET" ! -s "$SUBNET" -m comment --comment podunit-cri
 touch "$BASE/forward-rules"   # net-cleanup.sh removes this pair even beside another harness
 
 # critest makes host paths (volumes, log dirs, seccomp profiles) in its TMPDIR
-# and mounts there for the propagation specs: a shared bind at the same path
+# and mounts there for the propagation specs: a shared bind at the same path.
+# The harness outlives this script with KEEP=1 and must not hold the lock (9>&-).
 bash "$HARNESS" start "$D" --host-net --net-rw --host-ipc --shared-bind "$BASE/tmp" \
 	--bind "$REPO" --bind "$BASE/lib:/var/lib/podunit" --bind "$BASE/pods:/var/log/pods" \
-	--bind "$BASE/etc:/etc/podunit" >"$BASE/env"
+	--bind "$BASE/etc:/etc/podunit" >"$BASE/env" 9>&-
 
 cat >"$BASE/etc/podunit.toml" <<EOF
 # written by test/critest/run.sh
