@@ -274,14 +274,13 @@ func oomPolicy(rt oci.Runtime, r *runtimeapi.LinuxContainerResources) string {
 // systemd creates the unit. The kubelet repeats the value it created the
 // container with on every resize, which passes.
 func checkOOMGroupUpdate(rt oci.Runtime, cur, upd *runtimeapi.LinuxContainerResources) error {
-	v, ok := upd.GetUnified()[unitprops.OOMGroupKey]
-	if !ok || rt.OwnCgroup() {
+	want := oomPolicy(rt, upd)
+	if want == "" {
 		return nil
 	}
-	want, _ := unitprops.OOMPolicy(v)
-	have := "continue"
-	if cv, ok := cur.GetUnified()[unitprops.OOMGroupKey]; ok {
-		have, _ = unitprops.OOMPolicy(cv)
+	have := oomPolicy(rt, cur)
+	if have == "" {
+		have = "continue" // systemd's default for a Delegate= unit
 	}
 	if want != have {
 		return fmt.Errorf("resources.unified %s of a running container of runtime handler %q cannot change (systemd's OOMPolicy= is fixed at start); recreate it: %w", unitprops.OOMGroupKey, rt.Name(), errdefs.ErrPrecondition)
