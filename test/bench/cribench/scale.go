@@ -297,11 +297,14 @@ func unitPath(p string) (string, string) {
 
 // ctrState is what a daemon-reload must not change for one container.
 type ctrState struct {
-	Unit      string
-	Proc      procKey
-	MemLimit  string // the kernel's memory limit of the unit's cgroup
-	CPUQuota  string // the kernel's CFS quota (v1) or cpu.max (v2)
-	UnitProps map[string]string
+	Unit     string
+	Proc     procKey
+	MemLimit string // the kernel's memory limit of the unit's cgroup
+	CPUQuota string // the kernel's CFS quota (v1) or cpu.max (v2)
+	// the same in the process' own cgroup when it lies below the unit's
+	// (podunit: <unit>/container, runc's); equal to the above otherwise
+	LeafMem, LeafCPU string
+	UnitProps        map[string]string
 }
 
 var unitProps = []string{"ActiveState", "SubState", "MemoryMax", "MemoryLimit", "CPUQuotaPerSecUSec", "MainPID"}
@@ -327,7 +330,9 @@ func (e scaleEnv) containerStates() (map[string]ctrState, error) {
 			continue
 		}
 		st := ctrState{Proc: k}
-		st.MemLimit, st.CPUQuota, st.Unit = readLimits(procCgroups(cg), mounts)
+		pc := procCgroups(cg)
+		st.MemLimit, st.CPUQuota, st.Unit = readLimits(pc, mounts, true)
+		st.LeafMem, st.LeafCPU, _ = readLimits(pc, mounts, false)
 		if st.Unit == "" {
 			return nil, fmt.Errorf("container process %d: no unit in its cgroup paths %q", p.PID, cg)
 		}
@@ -351,14 +356,18 @@ func (e scaleEnv) containerStates() (map[string]ctrState, error) {
 }
 
 // readLimits reads the memory limit and CPU quota of the cgroup of the unit
-// a process runs in (cgroup v1 memory and cpu hierarchies, else cgroup2).
-func readLimits(cg map[string]string, mounts map[string]string) (mem, cpu, unit string) {
+// a process runs in (atUnit) or of the process' own cgroup (cgroup v1 memory
+// and cpu hierarchies, else cgroup2).
+func readLimits(cg map[string]string, mounts map[string]string, atUnit bool) (mem, cpu, unit string) {
 	read := func(hier, ctrl, file string) string {
 		base, unitName := unitPath(cg[hier])
 		if unitName == "" {
 			return ""
 		}
 		unit = unitName
+		if !atUnit {
+			base = cg[hier]
+		}
 		b, err := os.ReadFile(filepath.Join(mounts[ctrl], base, file))
 		if err != nil {
 			return "?"
@@ -442,6 +451,9 @@ func diffStates(before, after map[string]ctrState) []string {
 		}
 		if a.CPUQuota != b.CPUQuota {
 			out = append(out, fmt.Sprintf("%s: CPU quota %s -> %s", u, b.CPUQuota, a.CPUQuota))
+		}
+		if a.LeafMem != b.LeafMem || a.LeafCPU != b.LeafCPU {
+			out = append(out, fmt.Sprintf("%s: the process' own cgroup's limits %s, %s -> %s, %s", u, b.LeafMem, b.LeafCPU, a.LeafMem, a.LeafCPU))
 		}
 		for _, k := range unitProps {
 			if a.UnitProps[k] != b.UnitProps[k] {

@@ -50,9 +50,12 @@ func TestCgroupMountsAndLimits(t *testing.T) {
 		}
 	}
 	cg := procCgroups([]byte("12:memory:" + unit + "/sub\n4:cpu,cpuacct:" + unit + "\n1:name=systemd:" + unit + "\n0::" + unit + "\n"))
-	mem, cpu, u := readLimits(cg, m)
+	mem, cpu, u := readLimits(cg, m, true)
 	if mem != "67108864" || cpu != "20000" || u != "podunit-c1.service" {
 		t.Errorf("readLimits = %q %q %q; want the unit cgroup's limits", mem, cpu, u)
+	}
+	if lm, lc, _ := readLimits(cg, m, false); lm != "9223372036854771712" || lc != "20000" {
+		t.Errorf("readLimits of the process' own cgroup = %q %q", lm, lc)
 	}
 	if !asAsked(ctrState{MemLimit: mem, CPUQuota: cpu}) {
 		t.Error("the asked limits not recognised")
@@ -107,15 +110,17 @@ func TestDiffStates(t *testing.T) {
 			UnitProps: map[string]string{"ActiveState": "active", "SubState": sub, "MemoryMax": mem, "CPUQuotaPerSecUSec": "200ms"}}
 	}
 	before := map[string]ctrState{"a": st(1, "67108864", "20000", "running"), "b": st(2, "67108864", "20000", "running"),
-		"c": st(3, "67108864", "20000", "running")}
+		"c": st(3, "67108864", "20000", "running"), "e": st(5, "67108864", "20000", "running")}
 	if d := diffStates(before, before); len(d) != 0 {
 		t.Errorf("no change reported %v", d)
 	}
+	leaf := st(1, "67108864", "20000", "running")
+	leaf.LeafMem = "1"
 	after := map[string]ctrState{"a": st(1, "67108864", "20000", "running"), "b": st(2, "9223372036854771712", "-1", "running"),
-		"d": st(4, "67108864", "20000", "running")}
+		"d": st(4, "67108864", "20000", "running"), "c": leaf}
 	d := strings.Join(diffStates(before, after), "\n")
 	for _, want := range []string{"b: memory limit 67108864 -> 9223372036854771712", "b: CPU quota 20000 -> -1",
-		"b: MemoryMax 67108864 -> 9223372036854771712", "c: gone", "d: new"} {
+		"b: MemoryMax 67108864 -> 9223372036854771712", "c: process 3 became 1", "c: the process' own cgroup's limits", "d: new", "e: gone"} {
 		if !strings.Contains(d, want) {
 			t.Errorf("diff lacks %q:\n%s", want, d)
 		}
