@@ -341,7 +341,7 @@ func (e scaleEnv) containerStates() (map[string]ctrState, error) {
 	units := sortedKeys(out)
 	for i := 0; i < len(units); i += 200 {
 		batch := units[i:min(i+200, len(units))]
-		b, err := e.inHarness(append([]string{"systemctl", "show", "-p", "Id," + strings.Join(unitProps, ",")}, batch...)...)
+		b, err := e.inHarness(append([]string{"systemctl", "show", "-p", "Id," + strings.Join(unitProps, ","), "--"}, batch...)...)
 		if err != nil {
 			return nil, err
 		}
@@ -489,7 +489,7 @@ func (e scaleEnv) benchUnits() (int, error) {
 	}
 	n := 0
 	for i := 0; i < len(names); i += 300 {
-		out, err := e.inHarness(append([]string{"systemctl", "show", "-p", "Id,Slice"}, names[i:min(i+300, len(names))]...)...)
+		out, err := e.inHarness(append([]string{"systemctl", "show", "-p", "Id,Slice", "--"}, names[i:min(i+300, len(names))]...)...)
 		if err != nil {
 			return 0, err
 		}
