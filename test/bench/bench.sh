@@ -14,7 +14,8 @@
 #   ROUNDS          alternating rounds of every figure but density (default 2)
 #   ONLY            space-separated subset of: runp pull startlat critest logs density scale profile
 #                   (default all but scale: at its default size scale takes
-#                   about an hour per runtime)
+#                   about half an hour per runtime on the 2-core machine; it
+#                   took 6.5 min for podunit with SCALE_CHURN=1000)
 #   SCALE_PODS, SCALE_PER_POD  the scale figure's pods and containers per pod (500, 2)
 #   SCALE_CHURN     its create/start/stop/remove cycles after the removal (10000)
 #   SCALE_HOLD      its hold with a daemon-reload every second (60s)
