@@ -12,7 +12,14 @@
 #   BENCH_OUT       raw results, logs, profiles (default /var/tmp/podunit-bench; replaced)
 #   BENCH_DOC       the table (default <repo>/docs/benchmarks.md)
 #   ROUNDS          alternating rounds of every figure but density (default 2)
-#   ONLY            space-separated subset of: runp pull startlat critest logs density profile
+#   ONLY            space-separated subset of: runp pull startlat critest logs density scale profile
+#                   (default all but scale: at its default size scale takes
+#                   about half an hour per runtime on the 2-core machine; it
+#                   took 6.5 min for podunit with SCALE_CHURN=1000)
+#   SCALE_PODS, SCALE_PER_POD  the scale figure's pods and containers per pod (500, 2)
+#   SCALE_CHURN     its create/start/stop/remove cycles after the removal (10000)
+#   SCALE_HOLD      its hold with a daemon-reload every second (60s)
+#   SCALE_PARALLEL  its pod starts, removals and cycles in flight (4)
 #   KEEP=1          leave the harness running at the end (debugging)
 #   PROFILE_PARALLEL  the profiled startlat's bursts (default 1: sequential)
 #   RUNTIMES        space-separated subset of: podunit containerd containerd2
@@ -48,6 +55,7 @@ HARNESS=$REPO/test/harness/podunit-harness.sh
 : "${ONLY:=runp pull startlat critest logs density profile}"
 : "${KEEP:=0}"
 : "${PROFILE_PARALLEL:=1}"
+: "${SCALE_PODS:=500}" "${SCALE_PER_POD:=2}" "${SCALE_CHURN:=10000}" "${SCALE_HOLD:=60s}" "${SCALE_PARALLEL:=4}"
 read -r -a RUNTIMES <<<"${RUNTIMES:-podunit containerd containerd2}"
 SUBNET=10.215.0.0/16
 BRIDGE=pu-bench0
@@ -406,6 +414,13 @@ run_figure() { # FIGURE RUNTIME ROUND
 			logs_run podunit-nojournal "$ep" "$BENCH_OUT/$fig-podunit-nojournal-$round.log"
 			podunit_journald true
 		fi ;;
+	scale)
+		# the runtime's unit, whose journal is searched for D-Bus timeouts
+		local unit=podunit.service
+		[[ $rt == podunit ]] || unit=bench-$rt.service
+		"$CRIBENCH" scale -endpoint "$ep" -name "$rt" -pods "$SCALE_PODS" -per-pod "$SCALE_PER_POD" \
+			-churn "$SCALE_CHURN" -hold "$SCALE_HOLD" -parallel "$SCALE_PARALLEL" -harness "$HNAME" -pid1 "$HPID" \
+			-daemon "$(daemon_of "$rt")" -unit "$unit" -out "$RES" >"$lg" 2>&1 || fail scale "$rt" "$lg" ;;
 	density)
 		"$CRIBENCH" density -endpoint "$ep" -name "$rt" -counts 1,50,100 -harness "$HNAME" -pid1 "$HPID" \
 			-daemon "$(daemon_of "$rt")" -out "$RES" >"$lg" 2>&1 || fail density "$rt" "$lg" ;;
@@ -414,9 +429,9 @@ run_figure() { # FIGURE RUNTIME ROUND
 
 for round in $(seq 1 "$ROUNDS"); do
 	if ((round % 2)); then order="${RUNTIMES[*]}"; else order=$(printf '%s\n' "${RUNTIMES[@]}" | tac | tr '\n' ' '); fi
-	for fig in runp pull startlat critest logs density; do
+	for fig in runp pull startlat critest logs density scale; do
 		want "$fig" || continue
-		[[ $fig != density || $round == 1 ]] || continue # steady state: once is enough
+		[[ $fig != density && $fig != scale || $round == 1 ]] || continue # steady state: once is enough
 		for rt in $order; do run_figure "$fig" "$rt" "$round"; done
 	done
 done
@@ -476,6 +491,7 @@ profile() {
 if want profile; then profile || log "profiling failed (see $BENCH_OUT)"; fi
 
 cmdline="${BENCH_COMMAND:-bash test/bench/bench.sh} with ROUNDS=$ROUNDS ONLY='$ONLY'"
+! want scale || cmdline+=" SCALE_PODS=$SCALE_PODS SCALE_PER_POD=$SCALE_PER_POD SCALE_CHURN=$SCALE_CHURN SCALE_HOLD=$SCALE_HOLD SCALE_PARALLEL=$SCALE_PARALLEL"
 [[ ${SKIP_IMAGES:-0} != 1 ]] || cmdline+=" SKIP_IMAGES=1 (registry images already pushed)"
 (cd "$REPO" && "$CRIBENCH" report -results "$BENCH_OUT" -out "$BENCH_DOC" -command "$cmdline" \
 	-notes test/bench/analysis.md)

@@ -12,6 +12,9 @@
 //	    RunPodSandbox latency, sequential, pods kept until the end.
 //	cribench density -endpoint E -counts 1,50,100 -harness-pid PID -daemon NAME -out FILE
 //	    per-running-container host overhead (see procs.go).
+//	cribench scale -endpoint E -pods 500 -per-pod 2 -churn 10000 -harness H -pid1 P -daemon NAME -unit U -out FILE
+//	    N running containers, daemon-reloads while they run, removal, churn
+//	    cycles; PID 1's cost, limits kept, leaks (scale.go).
 //	cribench cpuwatch -harness NAME -label L -- COMMAND...
 //	    CPU seconds per process name of the harness while COMMAND runs.
 //	cribench report -results DIR -out docs/benchmarks.md
@@ -47,7 +50,7 @@ const SleepArg = "86399"
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: cribench startlat|ops|runp|density|report [flags]")
+		fmt.Fprintln(os.Stderr, "usage: cribench startlat|ops|runp|density|scale|cpuwatch|idle|report [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -60,6 +63,8 @@ func main() {
 		err = cmdOps(os.Args[2:])
 	case "density":
 		err = cmdDensity(os.Args[2:])
+	case "scale":
+		err = cmdScale(os.Args[2:])
 	case "cpuwatch":
 		err = cmdCPUWatch(os.Args[2:])
 	case "idle":
@@ -262,6 +267,7 @@ type Result struct {
 	Params  map[string]string    `json:"params,omitempty"`
 	Samples map[string][]float64 `json:"samples,omitempty"`
 	Density []DensityPoint       `json:"density,omitempty"`
+	Scale   *ScaleResult         `json:"scale,omitempty"`
 }
 
 func appendResult(path string, r Result) error {

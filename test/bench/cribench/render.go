@@ -69,6 +69,7 @@ func (r *run) render(b *strings.Builder, command string) {
 	r.renderRunp(w)
 	r.renderCritest(w)
 	r.renderDensity(w)
+	r.renderScale(w)
 	r.renderLogs(w)
 	r.renderPull(w)
 	r.renderDaemon(w)
@@ -163,7 +164,7 @@ func (r *run) targets() []goal {
 	}
 	out = append(out, r.judge("pull + unpack 50 MB, 5 layers (median)", "ratio ≤ 1.0", median(r.pull["podunit"]), c, "s", true,
 		func(x float64) bool { return x <= 1.0 }, "pull"))
-	return out
+	return append(out, r.scaleTargets()...)
 }
 
 // judge compares podunit's figure p with the better of the references'
