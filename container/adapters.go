@@ -31,7 +31,7 @@ func (m *Manager) StatsContainers(ctx context.Context) ([]cristats.Container, er
 			Labels: r.Config.GetLabels(), Annotations: r.Config.GetAnnotations(), StartedAt: r.StartedAt,
 		}
 		if r.State == StateRunning {
-			sc.CgroupPath = systemd.SlicePath(r.Slice) + "/" + r.Unit
+			sc.CgroupPath = systemd.UnitCgroupPath(r.Slice, r.Unit)
 		}
 		c.mu.Unlock()
 		out = append(out, sc)

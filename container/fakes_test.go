@@ -271,7 +271,10 @@ func newEnv(t *testing.T) *env {
 	e.imgs = &fakeImages{dir: filepath.Join(dir, "storage"), rootfs: map[string]bool{}, created: map[string]bool{}, volumes: map[string][]string{}}
 	e.opts = Options{
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"), Self: "/usr/bin/podunit",
-		Caps: unitprops.Caps{SystemdVersion: 252}, CgroupRoot: "/sys/fs/cgroup",
+		Caps: unitprops.Caps{SystemdVersion: 252}, CgroupRoot: filepath.Join(dir, "cgroup"),
+	}
+	if err := os.MkdirAll(e.opts.CgroupRoot, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	if err := e.opts.SetRuntime(config.Default().Runtime); err != nil {
 		t.Fatal(err)

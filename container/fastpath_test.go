@@ -263,6 +263,13 @@ func TestRemoveOfCollectedExitedContainer(t *testing.T) {
 	id := e.started("app")
 	e.exit(id, &exitrec.Record{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1", FinishedAt: time.Now().UnixNano()})
 	e.status(id)
+	// On v1 the OCI runtime's cgroup path below the unit stays in the
+	// hierarchies systemd does not manage once the unit is gone.
+	r := e.m.ctrs[id].rec
+	freezer := filepath.Join(e.opts.CgroupRoot, "freezer", systemd.UnitCgroupPath(r.Slice, r.Unit))
+	if err := os.MkdirAll(filepath.Join(freezer, "container"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	n := len(e.sd.Calls)
 	if err := e.m.Remove(ctx, id); err != nil {
 		t.Fatal(err)
@@ -270,6 +277,9 @@ func TestRemoveOfCollectedExitedContainer(t *testing.T) {
 	got := e.callsSince(n)
 	if contains(got, "stop "+unitName(id)) || contains(got, "reset-failed "+unitName(id)) {
 		t.Errorf("remove of a collected unit stopped or reset it: %q", got)
+	}
+	if _, err := os.Stat(freezer); !os.IsNotExist(err) {
+		t.Errorf("the unit's freezer cgroup is left: %v", err)
 	}
 	if len(e.rt.deleted) != 0 {
 		t.Errorf("runtime delete ran without runtime state: %q", e.rt.deleted)

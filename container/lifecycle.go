@@ -73,7 +73,7 @@ func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 	} else {
 		execStart = append(execStart, rt.CreateArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID), consoleSocket)...)
 	}
-	stopPost := []string{helper, "_exitrec", "--cgroup", systemd.SlicePath(r.Slice) + "/" + r.Unit,
+	stopPost := []string{helper, "_exitrec", "--cgroup", systemd.UnitCgroupPath(r.Slice, r.Unit),
 		"--cgroup-root", m.opts.CgroupRoot, "--relay-pid-file", m.pidFile(r.ID) + ".relay"}
 	stopPost = append(append(stopPost, relay...), m.stateDir(r.ID))
 	if del := rt.DeleteArgv(r.ID); len(del) > 0 {

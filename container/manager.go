@@ -21,6 +21,7 @@ import (
 	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/statefile"
 	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/unitcgroup"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -369,7 +370,7 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 	unit := unitName(id)
 	spec, user, err := m.buildSpec(ctx, specRequest{
 		id: id, cfg: specCfg, sandboxCfg: sandboxCfg, pod: pod, img: img, rootfs: rootfs, features: features,
-		cgroupsPath: systemd.SlicePath(pod.Slice) + "/" + unit + "/container",
+		cgroupsPath: systemd.UnitCgroupPath(pod.Slice, unit) + "/container",
 	})
 	if err != nil {
 		return "", err
@@ -510,6 +511,9 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 		if err := rt.Delete(ctx, id); err != nil {
 			return fmt.Errorf("remove container %s: runtime state: %w", id, err)
 		}
+	}
+	if err := unitcgroup.RemoveLeftover(m.opts.CgroupRoot, systemd.UnitCgroupPath(r.Slice, r.Unit)); err != nil {
+		return fmt.Errorf("remove container %s: %w", id, err)
 	}
 	if err := m.unbindRootfs(id); err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)

@@ -55,7 +55,7 @@ func (r *record) info(pid int) *Info {
 	return &Info{
 		ID: r.ID, PodID: r.PodID, Name: r.Metadata.GetName(), State: r.State,
 		Config: r.Config, Resources: r.Resources,
-		CgroupsPath: systemd.SlicePath(r.Slice) + "/" + r.Unit + "/container",
+		CgroupsPath: systemd.UnitCgroupPath(r.Slice, r.Unit) + "/container",
 		Pid:         uint32(pid), CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
 		ExitCode: r.ExitCode, Reason: r.Reason, Message: r.Message,
 	}

@@ -98,9 +98,12 @@ func newManagersSD(t testing.TB, hub *events.Hub) (*sandbox.Manager, *container.
 	t.Helper()
 	dir := t.TempDir()
 	podSD := systemdtest.New()
+	if err := os.MkdirAll(filepath.Join(dir, "cgroup"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	pods, err := sandbox.New(sandbox.Options{
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
-		Network: podTestNet{}, Systemd: podSD, Handlers: []string{"runc"},
+		Network: podTestNet{}, Systemd: podSD, Handlers: []string{"runc"}, CgroupRoot: filepath.Join(dir, "cgroup"),
 		ParentSlice: config.Default().Systemd.ParentSlice, OpTimeout: config.Default().Systemd.CallTimeout.D(),
 	})
 	if err != nil {

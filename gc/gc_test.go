@@ -6,8 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"testing"
 
+	"github.com/godbus/dbus/v5"
+
+	"github.com/podunit/podunit/systemd"
 	"github.com/podunit/podunit/systemd/systemdtest"
 	"golang.org/x/sys/unix"
 )
@@ -114,5 +118,36 @@ func TestDirsSparesMounts(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(mnt, "keep")); err != nil {
 		t.Fatalf("a file below the mount was removed: %v", err)
+	}
+}
+
+func TestUnitsLeftoverCgroups(t *testing.T) {
+	fake := systemdtest.New()
+	ctx := context.Background()
+	slice := systemd.Property{Name: "Slice", Value: dbus.MakeVariant("a-b.slice")}
+	for _, n := range []string{"podunit-known.service", "podunit-orphan.service", "podunit-failed.service", "podunit-dead.service"} {
+		if err := fake.StartTransientUnit(ctx, n, []systemd.Property{slice}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fake.Units["podunit-failed.service"].ActiveState = "failed"
+	fake.Units["podunit-dead.service"].ActiveState = "inactive"
+	var got []string
+	c := Units{Conn: fake, Patterns: []string{"podunit-*.service"},
+		Known:    func(u string) bool { return u == "podunit-known.service" },
+		Leftover: func(cg string) error { got = append(got, cg); return nil }}
+	if _, err := c.Collect(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Fatalf("dry run removed cgroups: %v", got)
+	}
+	if _, err := c.Collect(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(got)
+	want := []string{"/a.slice/a-b.slice/podunit-dead.service", "/a.slice/a-b.slice/podunit-failed.service", "/a.slice/a-b.slice/podunit-orphan.service"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("leftover cgroups removed %v, want %v", got, want)
 	}
 }

@@ -16,6 +16,10 @@ type Units struct {
 	Conn     systemd.Conn
 	Patterns []string // e.g. "podunit-*.service", "podunit-pod-*.slice"
 	Known    func(unit string) bool
+	// Leftover, if set, is given the cgroup path of each unit collected
+	// once it is dead (unitcgroup.RemoveLeftover: on v1 the OCI runtime's
+	// directories below a unit outlive it).
+	Leftover func(cgroupPath string) error
 }
 
 func (u Units) Name() string { return "units" }
@@ -31,12 +35,21 @@ func (u Units) Collect(ctx context.Context, dryRun bool) ([]string, error) {
 		if u.Known(st.Name) {
 			continue
 		}
+		cg := ""
+		if u.Leftover != nil {
+			p, err := u.Conn.UnitProperties(ctx, st.Name, "Service", "Slice")
+			if s, _ := p["Slice"].(string); err == nil && s != "" {
+				cg = systemd.UnitCgroupPath(s, st.Name)
+			}
+		}
+		dead := true
 		switch st.ActiveState {
 		case "failed":
 			out = append(out, st.Name+" (failed: reset)")
 			if !dryRun {
 				if err := u.Conn.ResetFailedUnit(ctx, st.Name); err != nil {
 					errs = append(errs, err)
+					dead = false
 				}
 			}
 		case "inactive":
@@ -46,7 +59,13 @@ func (u Units) Collect(ctx context.Context, dryRun bool) ([]string, error) {
 			if !dryRun {
 				if err := u.Conn.StopUnit(ctx, st.Name); err != nil {
 					errs = append(errs, fmt.Errorf("stop %s: %w", st.Name, err))
+					dead = false
 				}
+			}
+		}
+		if !dryRun && dead && cg != "" {
+			if err := u.Leftover(cg); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", st.Name, err))
 			}
 		}
 	}

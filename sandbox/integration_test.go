@@ -138,6 +138,7 @@ func inside(t *testing.T) *world {
 		StateDir: filepath.Join(base, "state"), RunDir: w.runDir,
 		CNIConfDir: conf, CNIBinDirs: []string{"/usr/lib/cni"}, CNICacheDir: filepath.Join(base, "cni-cache"),
 		Systemd:     w.sd,
+		CgroupRoot:  "/sys/fs/cgroup",
 		ParentSlice: config.Default().Systemd.ParentSlice,
 		OpTimeout:   config.Default().Systemd.CallTimeout.D(),
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/podfiles"
 	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/unitcgroup"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -460,6 +461,8 @@ func (m *Manager) teardown(ctx context.Context, sb *Sandbox) error {
 	if sb.OwnSlice {
 		if err := m.opts.Systemd.StopUnit(ctx, sb.Slice); err != nil {
 			errs = append(errs, fmt.Errorf("stop %s: %w", sb.Slice, err))
+		} else if err := unitcgroup.RemoveLeftover(m.opts.CgroupRoot, systemd.SlicePath(sb.Slice)); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if len(errs) == 0 {

@@ -145,6 +145,9 @@ type Options struct {
 	OpTimeout time.Duration
 	// Plugins see pods come and go (NRI); nil means none.
 	Plugins Plugins
+	// CgroupRoot is where the cgroup hierarchies are mounted: a removed
+	// pod's slice is cleared from the v1 hierarchies systemd leaves alone.
+	CgroupRoot string
 }
 
 // Plugins are the node's NRI plugins (package nri). A failing
@@ -203,8 +206,8 @@ func (e *entry) release() {
 
 // New validates opts and returns a Manager; call Recover before serving.
 func New(opts Options) (*Manager, error) {
-	if opts.StateDir == "" || opts.RunDir == "" {
-		return nil, fmt.Errorf("sandbox: state and run dirs are required: %w", errdefs.ErrInvalid)
+	if opts.StateDir == "" || opts.RunDir == "" || opts.CgroupRoot == "" {
+		return nil, fmt.Errorf("sandbox: state dir, run dir and cgroup root are required: %w", errdefs.ErrInvalid)
 	}
 	if opts.Systemd == nil {
 		return nil, fmt.Errorf("sandbox: systemd connection is required: %w", errdefs.ErrInvalid)

@@ -88,10 +88,12 @@ func newEnv(t *testing.T, mods ...func(*Options)) *env {
 	resolv := filepath.Join(dir, "host-resolv.conf")
 	os.WriteFile(resolv, []byte("nameserver 192.0.2.53\n"), 0o644)
 	e := &env{sd: systemdtest.New(), net: &fakeNet{}, dir: dir}
+	os.MkdirAll(filepath.Join(dir, "cgroup"), 0o755)
 	e.opts = Options{
 		StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
 		Network: e.net, Systemd: e.sd, Handlers: []string{"runc", "crun"},
 		HostResolvConf: resolv,
+		CgroupRoot:     filepath.Join(dir, "cgroup"),
 		ParentSlice:    config.Default().Systemd.ParentSlice,
 		OpTimeout:      config.Default().Systemd.CallTimeout.D(),
 	}
@@ -246,6 +248,10 @@ func TestRunStopRemove(t *testing.T) {
 	if sb.State != StateNotReady || !netns.IsPinned(sb.NetNSPath) {
 		t.Fatalf("after stop: %+v", sb)
 	}
+	// What the OCI runtime leaves in a v1 hierarchy systemd does not
+	// manage: the container's path, parents included.
+	freezer := filepath.Join(e.dir, "cgroup", "freezer", sb.CgroupParent)
+	os.MkdirAll(filepath.Join(freezer, "podunit-ctr-x.service", "container"), 0o755)
 	for i := 0; i < 2; i++ {
 		if err := e.m.Remove(ctx, id); err != nil {
 			t.Fatalf("remove %d: %v", i, err)
@@ -253,6 +259,12 @@ func TestRunStopRemove(t *testing.T) {
 	}
 	if _, err := e.m.Get(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("Get after remove: %v", err)
+	}
+	if _, err := os.Stat(freezer); !os.IsNotExist(err) {
+		t.Errorf("the pod slice's freezer cgroup is left: %v", err)
+	}
+	if _, err := os.Stat(filepath.Dir(freezer)); err != nil {
+		t.Errorf("the parent slice's freezer cgroup went with the pod: %v", err)
 	}
 	if _, ok := e.sd.Units[wantSlice]; ok {
 		t.Fatal("own slice left")

@@ -84,3 +84,9 @@ func SlicePath(slice string) string {
 	}
 	return b.String()
 }
+
+// UnitCgroupPath is the cgroup path of unit in slice:
+// "/a.slice/a-b.slice/u.service" for unit "u.service" in "a-b.slice".
+func UnitCgroupPath(slice, unit string) string {
+	return path.Join(SlicePath(slice), unit)
+}

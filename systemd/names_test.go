@@ -52,4 +52,10 @@ func TestSlicePath(t *testing.T) {
 			t.Errorf("SlicePath(%q) = %q, want %q", in, got, want)
 		}
 	}
+	if got := UnitCgroupPath("-.slice", "u.service"); got != "/u.service" {
+		t.Errorf("UnitCgroupPath in the root slice = %q", got)
+	}
+	if got := UnitCgroupPath("a-b.slice", "u.service"); got != "/a.slice/a-b.slice/u.service" {
+		t.Errorf("UnitCgroupPath = %q", got)
+	}
 }

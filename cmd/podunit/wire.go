@@ -36,7 +36,9 @@ type services struct {
 	relay   logrelay.Client
 	// self is podunit's binary (the runtimes' exec helper).
 	self string
-	stop []func()
+	// cgroupRoot is where the cgroup hierarchies are mounted.
+	cgroupRoot string
+	stop       []func()
 }
 
 func (s *services) close() {
@@ -94,6 +96,10 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	if err != nil {
 		return nil, err
 	}
+	copts, err := container.OptionsFromConfig(cfg, log.With("component", "containers"))
+	if err != nil {
+		return nil, err
+	}
 	pods, err := sandbox.New(sandbox.Options{
 		StateDir:    cfg.Paths.StateDir,
 		RunDir:      cfg.Paths.RunDir,
@@ -106,6 +112,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 		Systemd:     sd,
 		Logger:      log.With("component", "pods"),
 		Plugins:     plugins.sandbox(),
+		CgroupRoot:  copts.CgroupRoot,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pod manager: %w", err)
@@ -117,10 +124,6 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	s.hub = events.NewHub(events.HubOptions{})
 	hub := s.hub
 
-	copts, err := container.OptionsFromConfig(cfg, log.With("component", "containers"))
-	if err != nil {
-		return nil, err
-	}
 	// The node's log relay writes container output to the CRI log files
 	// and journald from outside the container units (package logrelay); it
 	// outlives podunit.
@@ -128,6 +131,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	lm := logrelay.Client{Socket: relaySock}
 	s.relay = lm
 	s.self = copts.Self
+	s.cgroupRoot = copts.CgroupRoot
 	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
 	err = logrelay.Ensure(rctx, sd, copts.Self, relaySock, filepath.Join(cfg.Paths.RunDir, "logrelay"))
 	rcancel()

@@ -24,6 +24,7 @@ import (
 	"github.com/podunit/podunit/stats/cristats"
 	"github.com/podunit/podunit/streaming"
 	"github.com/podunit/podunit/systemd"
+	"github.com/podunit/podunit/unitcgroup"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -168,7 +169,7 @@ func collectors(cfg *config.Config, s *services, minAge time.Duration) []gc.Coll
 		gc.Units{Conn: s.systemd, Patterns: []string{container.UnitPrefix + "*.service"}, Known: func(u string) bool {
 			_, ok := s.ctrs.ContainerOfUnit(u)
 			return ok
-		}},
+		}, Leftover: func(cg string) error { return unitcgroup.RemoveLeftover(s.cgroupRoot, cg) }},
 	}
 	if minAge == 0 {
 		// Storage containers carry no age podunit can trust, so only the

@@ -265,7 +265,10 @@ type Snapshot struct {
 	CNIIPs map[string]string
 	// StorageContainers are the image store's container IDs.
 	StorageContainers []string
-	// Cgroups are directories below podunit.slice in the systemd hierarchy.
+	// Cgroups are directories below podunit.slice: in the systemd
+	// hierarchy (v2: the unified one) as "<path>", in every other v1
+	// hierarchy as "<hierarchy>:<path>" (the OCI runtime creates the
+	// container's path in each; systemd removes it only in its own).
 	Cgroups []string
 	// Records are podunit's state records: "pod/<id>", "ctr/<id>".
 	Records []string
@@ -336,16 +339,30 @@ func (e *Env) takeNode(s *Snapshot) error {
 		}
 	}
 	s.StorageContainers = storageContainers(filepath.Join(e.H.StateDir, "storage"))
-	cg := e.Inside("/sys/fs/cgroup/systemd/podunit.slice")
-	if _, err := os.Stat(cg); err != nil {
-		cg = e.Inside("/sys/fs/cgroup/podunit.slice")
-	}
-	_ = filepath.WalkDir(cg, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() && p != cg {
-			s.Cgroups = append(s.Cgroups, strings.TrimPrefix(p, cg+"/"))
+	hiers := map[string]string{"": e.Inside("/sys/fs/cgroup/podunit.slice")}
+	if ents, err := os.ReadDir(e.Inside("/sys/fs/cgroup")); err == nil {
+		if _, err := os.Stat(e.Inside("/sys/fs/cgroup/systemd")); err == nil {
+			hiers = map[string]string{}
+			for _, d := range ents {
+				if d.IsDir() && d.Name() != "unified" { // symlinks: cpu -> cpu,cpuacct
+					hiers[d.Name()] = e.Inside("/sys/fs/cgroup/" + d.Name() + "/podunit.slice")
+				}
+			}
 		}
-		return nil
-	})
+	}
+	for h, cg := range hiers {
+		prefix := h + ":"
+		if h == "" || h == "systemd" {
+			prefix = ""
+		}
+		_ = filepath.WalkDir(cg, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() && p != cg {
+				s.Cgroups = append(s.Cgroups, prefix+strings.TrimPrefix(p, cg+"/"))
+			}
+			return nil
+		})
+	}
+	sort.Strings(s.Cgroups)
 	if ents, err := os.ReadDir(filepath.Join(e.H.StateDir, "sandboxes")); err == nil {
 		for _, d := range ents {
 			s.Records = append(s.Records, "pod/"+strings.TrimSuffix(d.Name(), ".json"))
@@ -508,7 +525,7 @@ func (s *Snapshot) Empty() []string {
 	for _, c := range s.Cgroups {
 		// podunit-pod.slice is systemd's implicit parent of every
 		// podunit-pod-<id>.slice (a dash nests slices); it is no pod's
-		if c != "podunit-pod.slice" {
+		if _, path, ok := strings.Cut(c, ":"); !ok && c != "podunit-pod.slice" || ok && path != "podunit-pod.slice" {
 			v = append(v, "cgroup "+c)
 		}
 	}
