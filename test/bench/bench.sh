@@ -20,6 +20,8 @@
 #   SCALE_CHURN     its create/start/stop/remove cycles after the removal (10000)
 #   SCALE_HOLD      its hold with a daemon-reload every second (60s)
 #   SCALE_PARALLEL  its pod starts, removals and cycles in flight (4)
+#   BENCH_METRICS   podunit's metrics address (127.0.0.1:39217): the scale figure reads
+#                   its D-Bus call latency histogram there
 #   KEEP=1          leave the harness running at the end (debugging)
 #   PROFILE_PARALLEL  the profiled startlat's bursts (default 1: sequential)
 #   RUNTIMES        space-separated subset of: podunit containerd containerd2
@@ -55,6 +57,7 @@ HARNESS=$REPO/test/harness/podunit-harness.sh
 : "${ONLY:=runp pull startlat critest logs density profile}"
 : "${KEEP:=0}"
 : "${PROFILE_PARALLEL:=1}"
+: "${BENCH_METRICS:=127.0.0.1:39217}"
 : "${SCALE_PODS:=500}" "${SCALE_PER_POD:=2}" "${SCALE_CHURN:=10000}" "${SCALE_HOLD:=60s}" "${SCALE_PARALLEL:=4}"
 read -r -a RUNTIMES <<<"${RUNTIMES:-podunit containerd containerd2}"
 SUBNET=10.215.0.0/16
@@ -176,6 +179,11 @@ bin_dirs = ["/usr/lib/cni"]
 
 [streaming]
 address = "127.0.0.1:0"
+
+# the scale figure reads podunit's D-Bus call latencies from it (the harness
+# shares the host's network); nothing scrapes it during the other figures
+[metrics]
+address = "$BENCH_METRICS"
 EOF
 cp "$BASE/etc/podunit.toml" "$BENCH_OUT/"
 
@@ -416,9 +424,9 @@ run_figure() { # FIGURE RUNTIME ROUND
 		fi ;;
 	scale)
 		# the runtime's unit, whose journal is searched for D-Bus timeouts
-		local unit=podunit.service
-		[[ $rt == podunit ]] || unit=bench-$rt.service
-		"$CRIBENCH" scale -endpoint "$ep" -name "$rt" -pods "$SCALE_PODS" -per-pod "$SCALE_PER_POD" \
+		local unit=podunit.service metrics=http://$BENCH_METRICS/metrics
+		[[ $rt == podunit ]] || { unit=bench-$rt.service; metrics=; }
+		"$CRIBENCH" scale -endpoint "$ep" -name "$rt" -pods "$SCALE_PODS" -per-pod "$SCALE_PER_POD" -metrics "$metrics" \
 			-churn "$SCALE_CHURN" -hold "$SCALE_HOLD" -parallel "$SCALE_PARALLEL" -harness "$HNAME" -pid1 "$HPID" \
 			-daemon "$(daemon_of "$rt")" -unit "$unit" -out "$RES" >"$lg" 2>&1 || fail scale "$rt" "$lg" ;;
 	density)

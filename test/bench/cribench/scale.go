@@ -51,6 +51,9 @@ type ScaleResult struct {
 	RunningAfter  int       // containers CONTAINER_RUNNING after the hold (CRI)
 	Leaks         Leaks     // after the removal, over the baseline
 	Timeouts      int       // D-Bus timeouts / deadline errors in the runtime's log, whole run
+	// D-Bus calls to systemd over the whole run, from the runtime's own
+	// histogram (podunit only: -metrics)
+	DBus []DBusLatency `json:",omitempty"`
 	TimeoutLines  []string  `json:",omitempty"` // the first few
 	Churn         *ChurnResult
 }
@@ -708,6 +711,7 @@ func cmdScale(args []string) (retErr error) {
 	pid1 := fs.Int("pid1", 0, "host PID of the harness' systemd")
 	daemonFlag := fs.String("daemon", "", "the runtime daemon, COMM[@ARG]")
 	unit := fs.String("unit", "", "the runtime's unit in the harness, whose journal is searched for timeouts")
+	metricsURL := fs.String("metrics", "", "the runtime's Prometheus endpoint with podunit_dbus_call_duration_seconds (podunit); empty: no D-Bus latency")
 	memFloor := fs.Int64("mem-floor", 2<<20, "stop starting pods when the host's MemAvailable falls below this (KiB)")
 	fs.Parse(args)
 	if *harness == "" || *pid1 == 0 || *unit == "" || *pods < 1 || *perPod < 1 || *inflight < 1 {
@@ -728,6 +732,12 @@ func cmdScale(args []string) (retErr error) {
 		}
 	}()
 	since := time.Now().Add(-time.Second)
+	var dbus0 dbusHistogram
+	if *metricsURL != "" {
+		if dbus0, err = scrapeDBus(*metricsURL); err != nil {
+			return err
+		}
+	}
 	res := ScaleResult{Pods: *pods, PerPod: *perPod, Wanted: *pods * *perPod, Phases: map[string]ScalePhase{}}
 	base, err := e.leakState()
 	if err != nil {
@@ -866,6 +876,16 @@ func cmdScale(args []string) (retErr error) {
 	}
 	res.Timeouts, res.TimeoutLines = countTimeouts(logb, 5)
 	fmt.Printf("%-11s scale: %d timeout lines in %s's journal\n", t.Name, res.Timeouts, *unit)
+	if *metricsURL != "" {
+		dbus1, err := scrapeDBus(*metricsURL)
+		if err != nil {
+			return err
+		}
+		res.DBus = dbusLatencies(dbus0, dbus1)
+		for _, l := range res.DBus {
+			fmt.Printf("%-11s scale: D-Bus %s: %d calls, p50 ≤ %g ms, p99 ≤ %g ms\n", t.Name, l.Op, l.Calls, l.P50, l.P99)
+		}
+	}
 	return appendResult(t.Out, Result{Kind: "scale", Runtime: t.Name, Samples: o.m, Scale: &res,
 		Params: map[string]string{"pods": strconv.Itoa(*pods), "per_pod": strconv.Itoa(*perPod),
 			"parallel": strconv.Itoa(*inflight), "hold": hold.String(), "churn": strconv.Itoa(*churn)}})

@@ -191,6 +191,16 @@ func (r *run) renderScale(w writer) {
 		}
 		return v
 	})
+	row("D-Bus calls to systemd, whole run: count, p50 / p99 (bucket bounds)", func(s *ScaleResult, _ string) string {
+		if len(s.DBus) == 0 {
+			return "not measured"
+		}
+		var parts []string
+		for _, l := range s.DBus {
+			parts = append(parts, fmt.Sprintf("%s %d, ≤%g / ≤%g ms", l.Op, l.Calls, l.P50, l.P99))
+		}
+		return strings.Join(parts, "; ")
+	})
 	row("churn: cycles, wall time, cycles/s", func(s *ScaleResult, _ string) string {
 		if s.Churn == nil {
 			return "not run"
