@@ -99,7 +99,9 @@ func dbusLatencies(before, after dbusHistogram) []DBusLatency {
 			out = append(out, l)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Calls > out[j].Calls || out[i].Calls == out[j].Calls && out[i].Op < out[j].Op })
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Calls > out[j].Calls || out[i].Calls == out[j].Calls && out[i].Op < out[j].Op
+	})
 	if l := latencyOf("all", all); l.Calls > 0 {
 		out = append(out, l)
 	}

@@ -51,11 +51,11 @@ type ScaleResult struct {
 	RunningAfter  int       // containers CONTAINER_RUNNING after the hold (CRI)
 	Leaks         Leaks     // after the removal, over the baseline
 	Timeouts      int       // D-Bus timeouts / deadline errors in the runtime's log, whole run
+	TimeoutLines  []string  `json:",omitempty"` // the first few
+	Churn         *ChurnResult
 	// D-Bus calls to systemd over the whole run, from the runtime's own
 	// histogram (podunit only: -metrics)
 	DBus []DBusLatency `json:",omitempty"`
-	TimeoutLines  []string  `json:",omitempty"` // the first few
-	Churn         *ChurnResult
 }
 
 // ScalePhase is the CPU seconds of PID 1, journald, dbus-daemon and the
