@@ -13,9 +13,7 @@ import (
 
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/test/harness"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
-	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -47,22 +45,7 @@ func TestReloadAppliesRegistriesWithoutDroppingCRI(t *testing.T) {
 	const image = "reload.podunit.test/library/busybox:1.37.0"
 	write(regHost, "unqualified-search-registries = []\n")
 	write(tomlHost, podunitToml(""))
-	restartInstallUnits(t, h, bin)
-	t.Cleanup(func() {
-		if out, err := h.ExecTimeout(45*time.Second, "systemctl", "stop", "podunit.service", "podunit.socket"); err != nil {
-			t.Errorf("systemctl stop podunit: %v\n%s", err, out)
-		}
-	})
-	h.MustExec("systemctl", "start", "podunit.socket", "podunit.service")
-
-	sock := filepath.Join(h.RunDir(), "podunit", "podunit.sock")
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	rt := runtimeapi.NewRuntimeServiceClient(conn)
-	img := runtimeapi.NewImageServiceClient(conn)
+	conn, rt, img := serveInstalled(t, h, bin)
 	ctx := harness.Context(t, 10*time.Minute)
 	if _, err := rt.Version(ctx, &runtimeapi.VersionRequest{}); err != nil {
 		t.Fatalf("Version: %v", err)

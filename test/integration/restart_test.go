@@ -38,21 +38,7 @@ func TestRestartLeavesContainersAlone(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(h.ConfigDir, "podunit.toml"), []byte(h.TestConfig()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	restartInstallUnits(t, h, bin)
-	t.Cleanup(func() {
-		if out, err := h.ExecTimeout(45*time.Second, "systemctl", "stop", "podunit.service", "podunit.socket"); err != nil {
-			t.Errorf("systemctl stop podunit: %v\n%s", err, out)
-		}
-	})
-	h.MustExec("systemctl", "start", "podunit.socket", "podunit.service")
-	sock := filepath.Join(h.RunDir(), "podunit", "podunit.sock")
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	rt := runtimeapi.NewRuntimeServiceClient(conn)
-	img := runtimeapi.NewImageServiceClient(conn)
+	_, rt, img := serveInstalled(t, h, bin)
 
 	ctx := harness.Context(t, 10*time.Minute)
 	pulled, err := img.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "docker.io/library/busybox:1.37.0"}})
@@ -169,6 +155,27 @@ func TestRestartLeavesContainersAlone(t *testing.T) {
 			t.Fatalf("RemovePodSandbox: %v", err)
 		}
 	})
+}
+
+// serveInstalled installs the shipped units (restartInstallUnits), starts
+// podunit from them, stops it and the session unit it starts at the end of
+// the test, and returns its connection and clients on it.
+func serveInstalled(t *testing.T, h *harness.Harness, bin string) (*grpc.ClientConn, runtimeapi.RuntimeServiceClient, runtimeapi.ImageServiceClient) {
+	t.Helper()
+	restartInstallUnits(t, h, bin)
+	t.Cleanup(func() {
+		if out, err := h.ExecTimeout(45*time.Second, "systemctl", "stop", "podunit.service", "podunit.socket", "podunit-stream.service"); err != nil {
+			t.Errorf("systemctl stop podunit: %v\n%s", err, out)
+		}
+	})
+	h.MustExec("systemctl", "start", "podunit.socket", "podunit.service")
+	sock := filepath.Join(h.RunDir(), "podunit", "podunit.sock")
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn, runtimeapi.NewRuntimeServiceClient(conn), runtimeapi.NewImageServiceClient(conn)
 }
 
 // restartInstallUnits installs contrib/systemd's units in the harness' /etc (its

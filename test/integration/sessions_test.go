@@ -18,9 +18,7 @@ import (
 	"time"
 
 	"github.com/podunit/podunit/test/harness"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
@@ -86,21 +84,7 @@ func TestSessionsOutlivePodunitRestart(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(h.ConfigDir, "podunit.toml"), []byte(h.TestConfig()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	restartInstallUnits(t, h, bin)
-	t.Cleanup(func() {
-		if out, err := h.ExecTimeout(45*time.Second, "systemctl", "stop", "podunit.service", "podunit.socket", "podunit-stream.service"); err != nil {
-			t.Errorf("systemctl stop podunit: %v\n%s", err, out)
-		}
-	})
-	h.MustExec("systemctl", "start", "podunit.socket", "podunit.service")
-	sock := filepath.Join(h.RunDir(), "podunit", "podunit.sock")
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	rt := runtimeapi.NewRuntimeServiceClient(conn)
-	img := runtimeapi.NewImageServiceClient(conn)
+	_, rt, img := serveInstalled(t, h, bin)
 
 	ctx := harness.Context(t, 10*time.Minute)
 	pulled, err := img.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "docker.io/library/busybox:1.37.0"}})
