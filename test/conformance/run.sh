@@ -234,10 +234,12 @@ hx sh -c 'set -e; d=/run/node-conformance-sysctl; mkdir -p $d
 # no sudo and everything runs as root: a shim in the harness's overlay only
 hx sh -c 'printf "#!/bin/sh\nexec \"\$@\"\n" >/usr/local/bin/sudo && chmod 0755 /usr/local/bin/sudo'
 
-# on this hybrid (cgroup v1) host systemd keeps a unit in the root cpuacct
-# and memory cgroups unless its accounting is on, and the kubelet's
-# --runtime-cgroups readings (Summary API: the "runtime" system container)
-# are then zero; cgroup v2 has both on by default. The same for every runtime.
+# on cgroup v1 systemd keeps a unit in the root cpuacct and memory cgroups
+# unless its accounting is on, and the kubelet's --runtime-cgroups readings
+# (Summary API: the "runtime" system container) are then empty; cgroup v2 has
+# both on by default. The same for every runtime. (This host mounts cpu and
+# cpuacct as separate v1 hierarchies, and systemd 252 leaves units at the
+# cpuacct root even so: the CPU reading stays 0, docs/conformance.md.)
 accounting=(-p CPUAccounting=yes -p MemoryAccounting=yes)
 case $RUNTIME in
 podunit)
