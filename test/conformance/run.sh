@@ -226,6 +226,14 @@ bash "$HARNESS" start "$D" --host-net --net-rw --bind "$REPO" --bind "$BIN" --bi
 # kubelet refuses to start unless it sees the sysctls it wants (read-only and
 # host-wide here: the harness's view is replaced, the host stays untouched)
 hx mknod -m 0600 /dev/kmsg c 1 11
+# the kubelet mounts pod volumes (secret, configMap, downwardAPI, projected
+# and memory emptyDir tmpfs) under /var/lib/kubelet after the runtime has
+# started; podunit's private mount namespace (runtime.private_mount_namespace,
+# a slave copy made at its start) receives them only from a shared mount, as
+# a host's / is (systemd makes it shared). The harness's systemd runs as in a
+# container and leaves every mount private, so the 32 volume specs of the
+# shard saw empty directories (docs/conformance.md "Triage").
+hx mount --make-rshared /var/lib/kubelet
 hx sh -c 'set -e; d=/run/node-conformance-sysctl; mkdir -p $d
 	for kv in vm/overcommit_memory=1 kernel/panic=10 kernel/panic_on_oops=1; do
 		k=${kv%=*}; f=$d/$(echo $k | tr / .); echo ${kv#*=} >$f; mount -n --bind $f /proc/sys/$k
