@@ -134,7 +134,8 @@ containerd2)
 	RT_BIN=$CTRD_DIR/containerd UNIT=pnc-containerd.service ENDPOINT=unix:///run/pnc-containerd/containerd.sock
 	;;
 esac
-log "runtime: $RUNTIME ($("$RT_BIN" --version 2>/dev/null | head -n 1))"
+if [[ $RUNTIME == podunit ]]; then RT_VERSION=$("$RT_BIN" version 2>/dev/null) || true; else RT_VERSION=$("$RT_BIN" --version 2>/dev/null) || true; fi
+log "runtime: $RUNTIME (${RT_VERSION%%$'\n'*})"
 rm -rf "$OUT"
 mkdir -p "$OUT/artifacts"
 
