@@ -196,12 +196,14 @@ deb:
 # (test/conformance/build.sh); the images are offline stand-ins
 # (test/conformance/images.sh). Not a stage of `make test`: the full run
 # takes over an hour on 2 cores. SHARD=1 runs only the fast ratcheted subset
-# (test/conformance/shard.txt); FOCUS/SKIP/NODES override the defaults.
+# (test/conformance/shard.txt); FOCUS/SKIP/NODES override the defaults;
+# RUNTIMES="podunit containerd containerd2" runs it against the two
+# containerds too (references; the last line then compares).
 # docs/conformance.md has the results and every stand-in.
 .PHONY: node-conformance node-conformance-build
 node-conformance-build: kubelet
 	@bash $(CURDIR)/test/conformance/build.sh
 
 node-conformance: critest-tools build node-conformance-build
-	@PODUNIT_BINARY=$(BIN) FOCUS='$(value FOCUS)' SKIP='$(value SKIP)' SHARD='$(SHARD)' NODES='$(NODES)' \
+	@PODUNIT_BINARY=$(BIN) FOCUS='$(value FOCUS)' SKIP='$(value SKIP)' SHARD='$(SHARD)' NODES='$(NODES)' RUNTIMES='$(RUNTIMES)' \
 		bash $(CURDIR)/test/conformance/run.sh

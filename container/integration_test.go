@@ -429,11 +429,26 @@ func (ie *inside) stopTimeout(ctx context.Context, t *testing.T) {
 	m := ie.manager(t)
 	id := ie.run(ctx, t, m, shConfig("stubborn", `trap '' TERM; sleep 1000 & wait; sleep 1000`))
 	start := time.Now()
-	if err := m.Stop(ctx, id, 2); err != nil {
+	stopped := make(chan error, 1)
+	go func() { stopped <- m.Stop(ctx, id, 5) }()
+	// While the grace period runs, reads answer at once (the kubelet's
+	// PLEG relist lists every container each second).
+	time.Sleep(300 * time.Millisecond)
+	reads := time.Now()
+	if _, err := m.List(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if d := time.Since(start); d < 2*time.Second || d > 6*time.Second {
-		t.Errorf("stop with a 2s timeout took %v", d)
+	if st, _, err := m.Status(ctx, id, false); err != nil || st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Errorf("status during the grace period: %v %v", st, err)
+	}
+	if d := time.Since(reads); d > 2500*time.Millisecond { // the grace period would be 4.7 s
+		t.Errorf("list and status during a stop's grace period took %v", d)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 5*time.Second || d > 9*time.Second {
+		t.Errorf("stop with a 5s timeout took %v", d)
 	}
 	st, _, _ := m.Status(ctx, id, false)
 	if st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != 137 {

@@ -304,16 +304,37 @@ func (m *Manager) Stop(ctx context.Context, id string, timeout int64) error {
 	if err != nil {
 		return err
 	}
+	// One stop at a time per container (stopMu), but c.mu is not held
+	// through the grace period: status and list read every container under
+	// its c.mu (the kubelet's PLEG relist and housekeeping call them every
+	// second), and a container that ignores its stop signal would stall
+	// them node-wide for the whole grace period (node conformance: a 30 s
+	// stall made the kubelet miss a mirror pod's recreation window).
+	c.stopMu.Lock()
+	defer c.stopMu.Unlock()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.rec == nil || c.rec.State != StateRunning {
+		c.mu.Unlock()
 		return nil
 	}
-	return m.stopLocked(ctx, c, timeout)
+	cid, unit := c.rec.ID, c.rec.Unit
+	c.mu.Unlock()
+	serr := m.stopUnit(ctx, unit, timeout)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return m.settleStopLocked(ctx, c, cid, serr)
 }
 
+// stopLocked stops a running container with c.mu held throughout (Remove,
+// whose grace period is 0).
 func (m *Manager) stopLocked(ctx context.Context, c *ctr, timeout int64) error {
-	r := c.rec
+	cid, unit := c.rec.ID, c.rec.Unit
+	return m.settleStopLocked(ctx, c, cid, m.stopUnit(ctx, unit, timeout))
+}
+
+// stopUnit stops a container's unit within timeout seconds of grace. It
+// touches no record and takes no lock.
+func (m *Manager) stopUnit(ctx context.Context, unit string, timeout int64) error {
 	if timeout < 0 {
 		timeout = 0
 	}
@@ -328,15 +349,15 @@ func (m *Manager) stopLocked(ctx context.Context, c *ctr, timeout int64) error {
 	sctx, cancel := context.WithTimeout(ctx, grace+m.opts.StopMargin)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- m.sd.StopUnit(sctx, r.Unit) }()
+	go func() { done <- m.sd.StopUnit(sctx, unit) }()
 	var err error
 	select {
 	case err = <-done:
 	case <-time.After(grace):
-		kerr := m.sd.KillUnit(sctx, r.Unit, int32(unix.SIGKILL), true)
+		kerr := m.sd.KillUnit(sctx, unit, int32(unix.SIGKILL), true)
 		if kerr != nil && !errors.Is(kerr, errdefs.ErrNotFound) {
 			// "no main process" once the init has exited: nothing to do.
-			m.opts.Logger.Debug("kill container init after stop timeout", "container", r.ID, "err", kerr)
+			m.opts.Logger.Debug("kill container init after stop timeout", "unit", unit, "err", kerr)
 		}
 		err = <-done
 	}
@@ -345,17 +366,24 @@ func (m *Manager) stopLocked(ctx context.Context, c *ctr, timeout int64) error {
 		// now: give systemd one more margin (its own context) to finish
 		// the stop; a slow ExecStopPost is still a stop.
 		wctx, wcancel := context.WithTimeout(ctx, m.opts.StopMargin)
-		if m.waitUnitGone(wctx, r.Unit, m.opts.StopMargin) {
+		if m.waitUnitGone(wctx, unit, m.opts.StopMargin) {
 			err = nil
 		}
 		wcancel()
 	}
+	return err
+}
+
+// settleStopLocked records the outcome of stopUnit (err) for container cid.
+// The record may have moved on meanwhile (a status read settled it, Remove
+// removed it): only a record still RUNNING after a refresh is a failed stop.
+func (m *Manager) settleStopLocked(ctx context.Context, c *ctr, cid string, err error) error {
 	if err != nil && !systemd.IsJobError(err) {
-		return fmt.Errorf("stop container %s: %w", r.ID, err)
+		return fmt.Errorf("stop container %s: %w", cid, err)
 	}
 	m.refreshLocked(ctx, c, "")
-	if c.rec.State == StateRunning {
-		return fmt.Errorf("stop container %s: unit %s still active: %w", r.ID, r.Unit, errdefs.ErrDeadline)
+	if c.rec != nil && c.rec.State == StateRunning {
+		return fmt.Errorf("stop container %s: unit %s still active: %w", cid, c.rec.Unit, errdefs.ErrDeadline)
 	}
 	return nil
 }

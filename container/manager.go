@@ -31,8 +31,11 @@ import (
 type ctr struct {
 	podID   string // immutable, readable under Manager.mu alone
 	handler string // immutable, readable under Manager.mu alone
-	mu      sync.Mutex
-	rec     *record
+	// stopMu serializes the Stop calls of one container; taken before mu,
+	// which Stop does not hold while the container's grace period runs.
+	stopMu sync.Mutex
+	mu     sync.Mutex
+	rec    *record
 	// init is the running container's init once known (zero otherwise):
 	// it lets a status read answer without systemd (fastpath.go).
 	init initProc

@@ -819,3 +819,74 @@ func TestSetRuntimesProbesFeatures(t *testing.T) {
 		t.Errorf("after changing runc: %v", f)
 	}
 }
+
+// slowStop is a systemd whose stop jobs wait for release: a container
+// that ignores its stop signal, for as long as the test wants.
+type slowStop struct {
+	*systemdtest.Fake
+	stopping chan struct{}
+	release  chan struct{}
+}
+
+func (s slowStop) StopUnit(ctx context.Context, name string) error {
+	s.stopping <- struct{}{}
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return fmt.Errorf("fake stop %s: %w", name, errdefs.ErrDeadline)
+	}
+	return s.Fake.StopUnit(ctx, name)
+}
+
+// A container working through its grace period blocks no status or list
+// read: the kubelet's PLEG relist and housekeeping list every container
+// each second (a 30 s stall there made node conformance's mirror pod
+// spec miss its window).
+func TestStopDoesNotBlockReads(t *testing.T) {
+	e := newEnv(t)
+	id := e.running("slow")
+	other := e.running("other")
+	sd := slowStop{Fake: e.sd, stopping: make(chan struct{}, 1), release: make(chan struct{})}
+	e.deps.Systemd = sd
+	e.m = e.newManager()
+	stopped := make(chan error, 1)
+	go func() { stopped <- e.m.Stop(ctx, id, 30) }()
+	<-sd.stopping
+	reads := make(chan error, 1)
+	go func() {
+		if l, err := e.m.List(ctx, nil); err != nil || len(l) != 2 {
+			reads <- fmt.Errorf("list %v %v", l, err)
+			return
+		}
+		for _, c := range []string{id, other} {
+			st, _, err := e.m.Status(ctx, c, false)
+			if err != nil || st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+				reads <- fmt.Errorf("status of %s during the stop: %v %v", c, st, err)
+				return
+			}
+		}
+		reads <- nil
+	}()
+	select {
+	case err := <-reads:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		close(sd.release)
+		t.Fatal("status and list wait for a stop's grace period")
+	}
+	// a second stop waits for the first and finds it done
+	second := make(chan error, 1)
+	go func() { second <- e.m.Stop(ctx, id, 30) }()
+	close(sd.release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	if st := e.status(id); st.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+		t.Fatalf("after the stop: %v", st.State)
+	}
+}

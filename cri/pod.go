@@ -113,7 +113,8 @@ func (s *Server) listPods(ctx context.Context, f *runtimeapi.PodSandboxFilter) [
 	return items
 }
 
-// UpdatePodSandboxResources applies new pod-level resources to the slice.
+// UpdatePodSandboxResources records new pod-level resources (and applies
+// them to a slice podunit owns; see sandbox.Manager.UpdateResources).
 func (s *Server) UpdatePodSandboxResources(ctx context.Context, req *runtimeapi.UpdatePodSandboxResourcesRequest) (*runtimeapi.UpdatePodSandboxResourcesResponse, error) {
 	id, err := s.podID(req.GetPodSandboxId())
 	if err != nil {

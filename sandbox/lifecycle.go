@@ -122,19 +122,26 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	return nil
 }
 
-// UpdateResources applies new pod-level resources to the pod's slice.
+// UpdateResources records new pod-level resources and applies them (plus
+// the pod's overhead) to a slice podunit owns. A kubelet-owned slice is
+// left alone: the kubelet resizes it before this call (CRI: "called after
+// the Kubelet reconfigures the pod-level cgroups"), see setupSlice.
 func (m *Manager) UpdateResources(ctx context.Context, id string, r *runtimeapi.LinuxContainerResources) error {
 	e := m.lookup(id)
 	if e == nil {
 		return fmt.Errorf("pod sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
 	defer e.release()
-	props := resourceProperties(r)
-	if len(props) == 0 {
+	if r == nil {
 		return nil
 	}
-	if err := m.opts.Systemd.SetUnitProperties(ctx, e.sb.Slice, props...); err != nil {
-		return fmt.Errorf("pod slice %s resources: %w", e.sb.Slice, err)
+	if e.sb.OwnSlice {
+		props := resourceProperties(podLimits(r, e.sb.Config.GetLinux().GetOverhead()))
+		if len(props) > 0 {
+			if err := m.opts.Systemd.SetUnitProperties(ctx, e.sb.Slice, props...); err != nil {
+				return fmt.Errorf("pod slice %s resources: %w", e.sb.Slice, err)
+			}
+		}
 	}
 	if lin := e.sb.Config.GetLinux(); lin != nil {
 		lin.Resources = r

@@ -63,6 +63,45 @@ func sliceProperties(desc string, r *runtimeapi.LinuxContainerResources) []syste
 	return append([]systemd.Property{sd.PropDescription(desc)}, resourceProperties(r)...)
 }
 
+// podLimits are the limits of a slice podunit owns: the sum of the
+// containers' resources (CRI "resources") plus the RuntimeClass's pod
+// overhead, as the kubelet sizes the pod cgroups it owns. A limit the
+// containers do not set stays unset: overhead alone limits nothing. Pure;
+// the inputs are not changed.
+func podLimits(r, overhead *runtimeapi.LinuxContainerResources) *runtimeapi.LinuxContainerResources {
+	if r == nil {
+		return nil
+	}
+	out := &runtimeapi.LinuxContainerResources{
+		CpuShares:          r.CpuShares,
+		CpuQuota:           r.CpuQuota,
+		CpuPeriod:          r.CpuPeriod,
+		MemoryLimitInBytes: r.MemoryLimitInBytes,
+	}
+	if overhead == nil {
+		return out
+	}
+	if out.CpuShares > 0 {
+		out.CpuShares += overhead.CpuShares
+	}
+	if out.CpuQuota > 0 && overhead.CpuQuota > 0 {
+		// the overhead's quota in the containers' period
+		op := overhead.CpuPeriod
+		if op <= 0 {
+			op = 100000
+		}
+		p := out.CpuPeriod
+		if p <= 0 {
+			p = 100000
+		}
+		out.CpuQuota += overhead.CpuQuota * p / op
+	}
+	if out.MemoryLimitInBytes > 0 {
+		out.MemoryLimitInBytes += overhead.MemoryLimitInBytes
+	}
+	return out
+}
+
 // initProperties describe the unit holding a pod's shared PID namespace.
 // systemd 252 cannot give a service its own PID namespace (PrivatePIDs=
 // came in 257), so the command itself must create it (unshare --pid

@@ -39,6 +39,40 @@ func TestPropertiesGolden(t *testing.T) {
 	}
 }
 
+// The slice of a pod podunit owns gets the containers' sum plus the pod
+// overhead, the way the kubelet sizes the pod cgroups it owns (node
+// conformance: 100m/100Mi limits + 200m/140Mi overhead = quota 30000,
+// 240Mi). Limits the containers leave unset stay unset.
+func TestPodLimits(t *testing.T) {
+	overhead := &runtimeapi.LinuxContainerResources{CpuShares: 204, CpuQuota: 20000, CpuPeriod: 100000, MemoryLimitInBytes: 140 << 20}
+	for name, c := range map[string]struct {
+		r, overhead, want *runtimeapi.LinuxContainerResources
+	}{
+		"nil":         {nil, overhead, nil},
+		"no overhead": {&runtimeapi.LinuxContainerResources{CpuQuota: 10000, MemoryLimitInBytes: 1 << 20}, nil, &runtimeapi.LinuxContainerResources{CpuQuota: 10000, MemoryLimitInBytes: 1 << 20}},
+		"guaranteed": {
+			&runtimeapi.LinuxContainerResources{CpuShares: 102, CpuQuota: 10000, CpuPeriod: 100000, MemoryLimitInBytes: 100 << 20},
+			overhead,
+			&runtimeapi.LinuxContainerResources{CpuShares: 306, CpuQuota: 30000, CpuPeriod: 100000, MemoryLimitInBytes: 240 << 20},
+		},
+		"unlimited stays unlimited": {&runtimeapi.LinuxContainerResources{CpuShares: 2}, overhead, &runtimeapi.LinuxContainerResources{CpuShares: 206}},
+		"overhead quota in the pod's period": {
+			&runtimeapi.LinuxContainerResources{CpuQuota: 5000, CpuPeriod: 50000},
+			&runtimeapi.LinuxContainerResources{CpuQuota: 20000}, // default period 100 ms
+			&runtimeapi.LinuxContainerResources{CpuQuota: 15000, CpuPeriod: 50000},
+		},
+	} {
+		got := podLimits(c.r, c.overhead)
+		if (got == nil) != (c.want == nil) || got != nil && (got.CpuShares != c.want.CpuShares || got.CpuQuota != c.want.CpuQuota ||
+			got.CpuPeriod != c.want.CpuPeriod || got.MemoryLimitInBytes != c.want.MemoryLimitInBytes) {
+			t.Errorf("%s: %v, want %v", name, got, c.want)
+		}
+	}
+	if overhead.CpuQuota != 20000 {
+		t.Fatal("podLimits changed its input")
+	}
+}
+
 func TestSharesToWeight(t *testing.T) {
 	for shares, want := range map[int64]uint64{0: 1, 2: 1, 1024: 39, 262144: 10000, 1 << 30: 10000} {
 		if got := sharesToWeight(shares); got != want {

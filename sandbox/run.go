@@ -243,18 +243,20 @@ func (m *Manager) setupSlice(ctx context.Context, sb *Sandbox, p *plan) error {
 	md := sb.Config.GetMetadata()
 	if sb.OwnSlice {
 		desc := fmt.Sprintf("podunit pod %s/%s", md.GetNamespace(), md.GetName())
-		if err := m.opts.Systemd.StartTransientUnit(ctx, sb.Slice, sliceProperties(desc, p.resources)); err != nil {
+		limits := podLimits(p.resources, sb.Config.GetLinux().GetOverhead())
+		if err := m.opts.Systemd.StartTransientUnit(ctx, sb.Slice, sliceProperties(desc, limits)); err != nil {
 			return fmt.Errorf("pod slice %s: %w", sb.Slice, err)
 		}
 		return nil
 	}
-	// The kubelet owns this slice; podunit only applies what the pod asked
-	// for (pod-level resources) and never removes it.
-	if props := resourceProperties(p.resources); len(props) > 0 {
-		if err := m.opts.Systemd.SetUnitProperties(ctx, sb.Slice, props...); err != nil {
-			return fmt.Errorf("pod slice %s resources: %w", sb.Slice, err)
-		}
-	}
+	// The kubelet owns this slice and has sized it already: the pod's
+	// overhead included, and a memory or CPU limit only when every
+	// container has one. The CRI's pod "resources" are only the sum of
+	// the containers' (informational, as for containerd and CRI-O): written
+	// here they would drop the overhead and could limit a pod the kubelet
+	// left unlimited (node conformance "PodOverhead … Pod cgroup should be
+	// sum of overhead and resource limits"). podunit never changes or
+	// removes this slice.
 	return nil
 }
 

@@ -420,9 +420,20 @@ func TestHostNamespacesAndKubeletSlice(t *testing.T) {
 	if e.net.count("") != 0 {
 		t.Fatal("CNI called for a host-network pod")
 	}
+	// The kubelet sized its slice (overhead included); the CRI's pod
+	// resources, only the containers' sum, must not overwrite it.
 	u := e.sd.Units[sb.Slice]
-	if u.Props["MemoryMax"] != uint64(256<<20) || u.Props["CPUWeight"] != uint64(39) {
-		t.Fatalf("slice props %v", u.Props)
+	if len(u.Props) != 0 {
+		t.Fatalf("kubelet's slice changed: %v", u.Props)
+	}
+	if err := e.m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 128 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	if len(u.Props) != 0 {
+		t.Fatalf("kubelet's slice changed by UpdatePodSandboxResources: %v", u.Props)
+	}
+	if sb, _ := e.m.Get(ctx, id); sb.Config.GetLinux().GetResources().GetMemoryLimitInBytes() != 128<<20 {
+		t.Fatalf("pod resources not recorded: %v", sb.Config.GetLinux().GetResources())
 	}
 	host, _ := os.Hostname()
 	if b, _ := os.ReadFile(sb.HostnamePath); string(b) != host+"\n" {
@@ -621,13 +632,23 @@ func TestListAndResolve(t *testing.T) {
 func TestUpdateResources(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	id, _ := e.m.Run(ctx, podConfig("u"), "")
-	sb, _ := e.m.Get(ctx, id)
-	err := e.m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{CpuQuota: 50000, CpuPeriod: 100000})
+	c := podConfig("u")
+	c.Linux.Resources = &runtimeapi.LinuxContainerResources{CpuQuota: 10000, CpuPeriod: 100000, MemoryLimitInBytes: 100 << 20}
+	c.Linux.Overhead = &runtimeapi.LinuxContainerResources{CpuQuota: 20000, CpuPeriod: 100000, MemoryLimitInBytes: 140 << 20}
+	id, err := e.m.Run(ctx, c, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := e.sd.Units[sb.Slice].Props["CPUQuotaPerSecUSec"]; got != uint64(500000) {
+	sb, _ := e.m.Get(ctx, id)
+	// podunit's own slice: the containers' sum plus the overhead
+	if p := e.sd.Units[sb.Slice].Props; p["CPUQuotaPerSecUSec"] != uint64(300000) || p["MemoryMax"] != uint64(240<<20) {
+		t.Fatalf("slice at run %v", p)
+	}
+	err = e.m.UpdateResources(ctx, id, &runtimeapi.LinuxContainerResources{CpuQuota: 50000, CpuPeriod: 100000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.sd.Units[sb.Slice].Props["CPUQuotaPerSecUSec"]; got != uint64(700000) {
 		t.Fatalf("quota %v", got)
 	}
 	if err := e.m.UpdateResources(ctx, "nope", nil); !errors.Is(err, errdefs.ErrNotFound) {

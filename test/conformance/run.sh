@@ -14,6 +14,12 @@
 #   NODES           ginkgo parallel processes (default 4)
 #   SUITE_TIMEOUT   ginkgo suite timeout (default 3h; ginkgo's own 1h aborts a full run)
 #   KEEP=1          leave harness and podunit running afterwards (debugging only)
+#   RUNTIMES        the runtimes to judge, one run each in its own harness, in
+#                   order (default podunit): podunit, containerd (Debian's
+#                   1.6.20) or containerd2 (2.4.2, test/bench/build-containerd2.sh);
+#                   each run's output in CONFORMANCE_OUT/<runtime> when more
+#                   than one is given. Only podunit's run is judged by the
+#                   ratchet; the containerds are references.
 #
 # What runs where (docs/conformance.md has the why):
 #   * build.sh builds/caches e2e_node.test, ginkgo, agnhost and the kubelet;
@@ -31,11 +37,14 @@
 #     --prepull-images=false (the pre-pull list holds a digest-pinned image).
 # Output: in CONFORMANCE_OUT: e2e.log, report.json, junit.xml, specs.tsv
 # ("state<TAB>spec<TAB>message"), artifacts/ (kubelet.log, the suite's logs),
-# podunit.journal; the ratchet's findings (expected-pass.txt, or shard.txt
-# with SHARD=1); and as the very last line
-#   node-conformance: podunit N passed, M failed, K skipped
-# Exit status: non-zero when a listed spec did not pass, when nothing ran, or
-# when the harness could not be set up or left something behind.
+# runtime.journal (the runtime's unit); the ratchet's findings
+# (expected-pass.txt, or shard.txt with SHARD=1); and as the very last line
+#   node-conformance: <runtime> N passed, M failed, K skipped
+# and with podunit and a containerd in RUNTIMES, after each run's line, as
+# the very last line (issue 15; the containerd that passed more)
+#   node-conformance: podunit N passed, M failed; containerd P passed, Q failed
+# Exit status: non-zero when a listed spec did not pass in podunit's run, when
+# nothing ran, or when a harness could not be set up or left something behind.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -49,7 +58,40 @@ source "$REPO/test/critest/lib.sh"
 : "${NODES:=4}"
 : "${SUITE_TIMEOUT:=3h}"
 : "${KEEP:=0}"
+: "${RUNTIMES:=podunit}"
 OUT=$CONFORMANCE_OUT
+
+read -r -a runtimes <<<"$RUNTIMES"
+((${#runtimes[@]} > 0)) || die "RUNTIMES is empty"
+for rt in "${runtimes[@]}"; do
+	case $rt in podunit | containerd | containerd2) ;; *) die "RUNTIMES: unknown runtime $rt (podunit, containerd, containerd2)" ;; esac
+done
+if ((${#runtimes[@]} > 1)); then
+	# one run per runtime, one after the other (one suite per machine: the
+	# ports are fixed); each prints its own last line
+	rm -rf "$OUT"
+	mkdir -p "$OUT"
+	drc=0
+	declare -A passed failed
+	for rt in "${runtimes[@]}"; do
+		RUNTIMES=$rt CONFORMANCE_OUT=$OUT/$rt bash "$0" | tee "$OUT/$rt.out" || drc=1
+		p="" f=""
+		read -r p f < <(sed -n "s/^node-conformance: $rt \([0-9]*\) passed, \([0-9]*\) failed, .*/\1 \2/p" "$OUT/$rt.out" | tail -n 1) || true
+		[[ -n $p ]] || { log "ERROR: no result line from the $rt run"; drc=1; continue; }
+		passed[$rt]=$p failed[$rt]=$f
+	done
+	best=""
+	for rt in containerd containerd2; do
+		[[ -n ${passed[$rt]:-} ]] || continue
+		if [[ -z $best ]] || ((passed[$rt] > passed[$best])); then best=$rt; fi
+	done
+	if [[ -n ${passed[podunit]:-} && -n $best ]]; then
+		log "the containerd reference below: $best ($([[ $best == containerd ]] && echo 1.6.20 || echo 2.4.2))"
+		echo "node-conformance: podunit ${passed[podunit]} passed, ${failed[podunit]} failed; containerd ${passed[$best]} passed, ${failed[$best]} failed"
+	fi
+	exit "$drc"
+fi
+RUNTIME=${runtimes[0]}
 HARNESS=$REPO/test/harness/podunit-harness.sh
 CNI_DIR=$HERE/cni
 SUBNET=10.216.0.0/16 # cni/10-node-conformance.conflist
@@ -74,6 +116,26 @@ fi
 
 BIN=$(bash "$HERE/build.sh")
 log "suite binaries: $BIN"
+# the runtime under test: its binary, its unit in the harness, its socket
+# there; the containerds as test/bench/bench.sh runs them (one owner of their
+# build: test/bench/build-containerd2.sh)
+CTRD_DIR=""
+case $RUNTIME in
+podunit)
+	RT_BIN=$PODUNIT_BINARY UNIT=podunit.service ENDPOINT=unix:///run/podunit/podunit.sock
+	;;
+containerd)
+	RT_BIN=$(command -v containerd) || die "containerd missing (apt-get install containerd)"
+	"$RT_BIN" --version | grep -q ' 1\.6\.' || log "WARNING: $("$RT_BIN" --version) is not the 1.6.20 the docs name"
+	UNIT=pnc-containerd.service ENDPOINT=unix:///run/pnc-containerd/containerd.sock
+	;;
+containerd2)
+	CTRD_DIR=$(bash "$REPO/test/bench/build-containerd2.sh") || die "test/bench/build-containerd2.sh failed"
+	RT_BIN=$CTRD_DIR/containerd UNIT=pnc-containerd.service ENDPOINT=unix:///run/pnc-containerd/containerd.sock
+	;;
+esac
+if [[ $RUNTIME == podunit ]]; then RT_VERSION=$("$RT_BIN" version 2>/dev/null) || true; else RT_VERSION=$("$RT_BIN" --version 2>/dev/null) || true; fi
+log "runtime: $RUNTIME (${RT_VERSION%%$'\n'*})"
 rm -rf "$OUT"
 mkdir -p "$OUT/artifacts"
 
@@ -89,9 +151,9 @@ fi
 
 BASE=$(mktemp -d /tmp/pnc-XXXXXX) # short: sockets live in $BASE/sd/run
 D=$BASE/sd
-SOCK=$D/run/podunit/podunit.sock
+SOCK=$D${ENDPOINT#unix://}
 W=$BASE/work # the suite's cwd: kubeconfig, kubelet-config, static pods
-mkdir -p "$BASE/lib" "$BASE/pods" "$BASE/etc" "$BASE/kubelet" "$W"
+mkdir -p "$BASE/lib" "$BASE/pods" "$BASE/etc" "$BASE/kubelet" "$BASE/ctrd" "$BASE/certs.d" "$W"
 cat /proc/sys/net/ipv4/ip_forward >"$BASE/ip_forward.orig"
 # the kubelet makes its KUBE-* canary chains in the host's tables (host
 # network); the ones it adds go again at the end
@@ -122,17 +184,21 @@ cleanup() {
 	((cleanup_done)) && return
 	cleanup_done=1
 	if [[ -d $D/run/log/journal ]]; then
-		journal -u podunit.service >"$OUT/podunit.journal" || true
+		journal -u "$UNIT" >"$OUT/runtime.journal" || true
 		journal >"$OUT/all.journal" || true
 	fi
 	if [[ $KEEP == 1 ]]; then
-		log "KEEP=1: harness left running at $D (podunit: unix://$SOCK)"
+		log "KEEP=1: harness left running at $D ($RUNTIME: unix://$SOCK)"
 		return
 	fi
 	if [[ -e $D ]]; then
-		# the kubelet first: it would otherwise restart what podunit stops
+		# the kubelet first: it would otherwise restart what the runtime stops
 		hx sh -c 'systemctl stop "kubelet-*.service"' >/dev/null 2>&1 || true
-		hx systemctl stop podunit.service >/dev/null 2>&1 || true
+		# containerd leaves its pods running when it stops (its shims
+		# outlive it): remove them through the CRI first
+		[[ $RUNTIME == podunit || ! -S $SOCK ]] ||
+			timeout 120 crictl --runtime-endpoint "unix://$SOCK" rmp -a -f >/dev/null 2>&1 || true
+		hx systemctl stop "$UNIT" >/dev/null 2>&1 || true
 		bash "$HARNESS" stop "$D" || left=1
 	fi
 	net_cleanup || left=1
@@ -154,12 +220,21 @@ iptables -I FORWARD -d "$SUBNET" ! -s "$SUBNET" -m comment --comment "$RULE_TAG"
 
 bash "$HARNESS" start "$D" --host-net --net-rw --bind "$REPO" --bind "$BIN" --bind "$OUT" --bind "$W" \
 	--bind "$BASE/lib:/var/lib/podunit" --bind "$BASE/pods:/var/log/pods" --bind "$BASE/etc:/etc/podunit" \
-	--bind "$BASE/kubelet:/var/lib/kubelet" >"$BASE/env"
+	--bind "$BASE/kubelet:/var/lib/kubelet" --bind "$BASE/ctrd:/var/lib/pnc-containerd" --bind "$BASE/certs.d" \
+	${CTRD_DIR:+--bind "$CTRD_DIR"} >"$BASE/env"
 
 # as test/kubelet/e2e.sh: the kubelet's OOM watcher opens /dev/kmsg, and the
 # kubelet refuses to start unless it sees the sysctls it wants (read-only and
 # host-wide here: the harness's view is replaced, the host stays untouched)
 hx mknod -m 0600 /dev/kmsg c 1 11
+# the kubelet mounts pod volumes (secret, configMap, downwardAPI, projected
+# and memory emptyDir tmpfs) under /var/lib/kubelet after the runtime has
+# started; podunit's private mount namespace (runtime.private_mount_namespace,
+# a slave copy made at its start) receives them only from a shared mount, as
+# a host's / is (systemd makes it shared). The harness's systemd runs as in a
+# container and leaves every mount private, so the 32 volume specs of the
+# shard saw empty directories (docs/conformance.md "Triage").
+hx mount --make-rshared /var/lib/kubelet
 hx sh -c 'set -e; d=/run/node-conformance-sysctl; mkdir -p $d
 	for kv in vm/overcommit_memory=1 kernel/panic=10 kernel/panic_on_oops=1; do
 		k=${kv%=*}; f=$d/$(echo $k | tr / .); echo ${kv#*=} >$f; mount -n --bind $f /proc/sys/$k
@@ -168,7 +243,16 @@ hx sh -c 'set -e; d=/run/node-conformance-sysctl; mkdir -p $d
 # no sudo and everything runs as root: a shim in the harness's overlay only
 hx sh -c 'printf "#!/bin/sh\nexec \"\$@\"\n" >/usr/local/bin/sudo && chmod 0755 /usr/local/bin/sudo'
 
-cat >"$BASE/etc/podunit.toml" <<EOF
+# on cgroup v1 systemd keeps a unit in the root cpuacct and memory cgroups
+# unless its accounting is on, and the kubelet's --runtime-cgroups readings
+# (Summary API: the "runtime" system container) are then empty; cgroup v2 has
+# both on by default. The same for every runtime. (This host mounts cpu and
+# cpuacct as separate v1 hierarchies, and systemd 252 leaves units at the
+# cpuacct root even so: the CPU reading stays 0, docs/conformance.md.)
+accounting=(-p CPUAccounting=yes -p MemoryAccounting=yes)
+case $RUNTIME in
+podunit)
+	cat >"$BASE/etc/podunit.toml" <<EOF
 # written by test/conformance/run.sh
 [image]
 registries_conf = "$REPO/test/critest/registries.conf"
@@ -198,12 +282,111 @@ type = "runc"
 path = "/usr/sbin/runc"
 root = "/run/podunit/runc-test-handler"
 EOF
-cp "$BASE/etc/podunit.toml" "$OUT/podunit.toml"
-
-log "starting podunit in the harness ($D)"
-hx systemd-run --unit=podunit.service -p Type=notify -p NotifyAccess=main -p TimeoutStartSec=60 \
-	-p TimeoutStopSec=30 "$PODUNIT_BINARY" serve --config /etc/podunit/podunit.toml >/dev/null ||
-	{ journal -u podunit.service | tail -n 30 >&2; die "podunit did not start"; }
+	cp "$BASE/etc/podunit.toml" "$OUT/podunit.toml"
+	log "starting podunit in the harness ($D)"
+	hx systemd-run --unit="$UNIT" -p Type=notify -p NotifyAccess=main -p TimeoutStartSec=60 \
+		-p TimeoutStopSec=30 "${accounting[@]}" "$PODUNIT_BINARY" serve --config /etc/podunit/podunit.toml >/dev/null ||
+		{ journal -u "$UNIT" | tail -n 30 >&2; die "podunit did not start"; }
+	;;
+containerd | containerd2)
+	# the registries of test/critest/registries.conf as hosts.toml (as bench.sh)
+	for host in $(awk -F'"' '/^prefix/ {print $2}' "$REPO/test/critest/registries.conf"); do
+		mkdir -p "$BASE/certs.d/$host"
+		printf 'server = "http://%s"\n\n[host."http://%s"]\n  capabilities = ["pull", "resolve"]\n  skip_verify = true\n' \
+			"$PODUNIT_TEST_REGISTRY" "$PODUNIT_TEST_REGISTRY" >"$BASE/certs.d/$host/hosts.toml"
+	done
+	# runc and test-handler (a second runc, as the upstream jobs configure
+	# it), systemd cgroups, the suite's pause image, the same CNI conflist;
+	# restrict_oom_score_adj: no CAP_SYS_RESOURCE here (test/critest/README.md)
+	if [[ $RUNTIME == containerd ]]; then
+		cat >"$BASE/ctrd/config.toml" <<EOF
+# written by test/conformance/run.sh: $("$RT_BIN" --version)
+version = 2
+root = "/var/lib/pnc-containerd/root"
+state = "/run/pnc-containerd/state"
+[grpc]
+  address = "/run/pnc-containerd/containerd.sock"
+[ttrpc]
+  address = "/run/pnc-containerd/containerd.sock.ttrpc"
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "registry.k8s.io/pause:3.10.2"
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+    restrict_oom_score_adj = true
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      snapshotter = "overlayfs"
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+          BinaryName = "/usr/sbin/runc"
+          SystemdCgroup = true
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.test-handler]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.test-handler.options]
+          BinaryName = "/usr/sbin/runc"
+          SystemdCgroup = true
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "$CNI_DIR"
+      max_conf_num = 1
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = "$BASE/certs.d"
+EOF
+	else
+		# config version 3 (bench.sh explains the split plugins and
+		# use_local_image_pull); runtime_path: its own shim, not Debian's
+		cat >"$BASE/ctrd/config.toml" <<EOF
+# written by test/conformance/run.sh: $("$RT_BIN" --version)
+version = 3
+root = "/var/lib/pnc-containerd/root"
+state = "/run/pnc-containerd/state"
+[grpc]
+  address = "/run/pnc-containerd/containerd.sock"
+[ttrpc]
+  address = "/run/pnc-containerd/containerd.sock.ttrpc"
+[plugins]
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = "overlayfs"
+    use_local_image_pull = true
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = "registry.k8s.io/pause:3.10.2"
+    [plugins.'io.containerd.cri.v1.images'.registry]
+      config_path = "$BASE/certs.d"
+  [plugins.'io.containerd.cri.v1.runtime']
+    restrict_oom_score_adj = true
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = "runc"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        runtime_path = "$CTRD_DIR/containerd-shim-runc-v2"
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+          BinaryName = "/usr/sbin/runc"
+          SystemdCgroup = true
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.test-handler]
+        runtime_type = "io.containerd.runc.v2"
+        runtime_path = "$CTRD_DIR/containerd-shim-runc-v2"
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.test-handler.options]
+          BinaryName = "/usr/sbin/runc"
+          SystemdCgroup = true
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ["/usr/lib/cni"]
+      conf_dir = "$CNI_DIR"
+      max_conf_num = 1
+  [plugins.'io.containerd.grpc.v1.cri']
+    stream_server_address = "127.0.0.1"
+    stream_server_port = "0"
+EOF
+	fi
+	cp "$BASE/ctrd/config.toml" "$OUT/containerd.toml"
+	log "starting $RUNTIME in the harness ($D)"
+	# what containerd.service sets that matters here (as bench.sh)
+	hx systemd-run --unit="$UNIT" -p Delegate=yes -p KillMode=process -p LimitNOFILE=infinity -p TasksMax=infinity \
+		"${accounting[@]}" "$RT_BIN" --config /var/lib/pnc-containerd/config.toml >/dev/null ||
+		{ journal -u "$UNIT" | tail -n 30 >&2; die "$RUNTIME did not start"; }
+	;;
+esac
 for _ in $(seq 1 150); do [[ -S $SOCK ]] && break; sleep 0.2; done
 [[ -S $SOCK ]] || die "no CRI socket at $SOCK"
 
@@ -238,15 +421,14 @@ EOF
 cp "$W/kubelet.yaml" "$OUT/kubelet.yaml"
 
 NODE=$(hx hostname)
-ENDPOINT=unix:///run/podunit/podunit.sock
 ginkgo_args=(--nodes="$NODES" --timeout="$SUITE_TIMEOUT" --no-color --poll-progress-after=10m
 	--focus="$FOCUS" --skip="$SKIP" --output-dir="$OUT" --json-report=report.json --junit-report=junit.xml)
 suite_args=(--container-runtime-endpoint="$ENDPOINT" --image-service-endpoint="$ENDPOINT"
-	--container-runtime-process-name="$PODUNIT_BINARY" --container-runtime-pid-file=
+	--container-runtime-process-name="$RT_BIN" --container-runtime-pid-file=
 	--prepull-images=false --node-name="$NODE" --report-dir="$OUT/artifacts"
 	--kubelet-config-file="$W/kubelet.yaml" --dns-domain=cluster.local
-	--kubelet-flags="--runtime-cgroups=/system.slice/podunit.service --cluster-domain=cluster.local"
-	--extra-log='{"name":"podunit.log","journalctl":["-u","podunit.service"]}' --v=4)
+	--kubelet-flags="--runtime-cgroups=/system.slice/$UNIT --cluster-domain=cluster.local"
+	--extra-log="{\"name\":\"runtime.log\",\"journalctl\":[\"-u\",\"$UNIT\"]}" --v=4)
 printf '%q ' "$BIN/ginkgo" "${ginkgo_args[@]}" "$BIN/e2e_node.test" -- "${suite_args[@]}" >"$OUT/command"
 log "running the suite (focus ${#FOCUS} chars, skip '$SKIP', $NODES processes; log $OUT/e2e.log)"
 started=$(date +%s)
@@ -266,12 +448,12 @@ grep -P '^(failed|panicked|timedout|interrupted|aborted)\t' "$OUT/specs.tsv" | c
 
 rrc=0
 # a full-suite ratchet only when the whole conformance set ran
-if [[ $SHARD == 1 || ($FOCUS == '\[NodeConformance\]' && -s $EXPECTED) ]]; then
+if [[ $RUNTIME == podunit && ($SHARD == 1 || ($FOCUS == '\[NodeConformance\]' && -s $EXPECTED)) ]]; then
 	bash "$REPO/test/critest/ratchet.sh" "$OUT/specs.tsv" "$EXPECTED" || rrc=$?
 fi
 summary=$(awk -F'\t' '$1 == "passed" {p++} $1 == "skipped" || $1 == "pending" {s++}
 	$1 != "passed" && $1 != "skipped" && $1 != "pending" {f++}
-	END {printf "node-conformance: podunit %d passed, %d failed, %d skipped\n", p, f, s}' "$OUT/specs.tsv")
+	END {printf "node-conformance: %s %d passed, %d failed, %d skipped\n", rt, p, f, s}' rt="$RUNTIME" "$OUT/specs.tsv")
 trap - EXIT INT TERM
 trc=0
 (cleanup) >"$OUT/teardown.log" 2>&1 || trc=$?
