@@ -124,16 +124,7 @@ bash "$HARNESS" start "$D" --host-net --net-rw --bind "$REPO" --bind "${KUBELET%
 	--bind "$BASE/kubelet:/var/lib/kubelet" --bind "$MANIFESTS:/etc/kubernetes/manifests" \
 	--bind "$KCFG:$KCFG_NODE" >"$BASE/env"
 
-# The kubelet's OOM watcher opens /dev/kmsg (the harness's /dev is private).
-hx mknod -m 0600 /dev/kmsg c 1 11
-# The kubelet refuses to start when vm.overcommit_memory, kernel.panic and
-# kernel.panic_on_oops differ from what it wants and it cannot set them.
-# /proc/sys is read-only in the harness and these are host-wide, so the
-# harness's view of them is replaced instead (the host stays untouched).
-hx sh -c 'set -e; d=/run/kubelet-e2e-sysctl; mkdir -p $d
-	for kv in vm/overcommit_memory=1 kernel/panic=10 kernel/panic_on_oops=1; do
-		k=${kv%=*}; f=$d/$(echo $k | tr / .); echo ${kv#*=} >$f; mount -n --bind $f /proc/sys/$k
-	done'
+bash "$HERE/harness-prep.sh" "$D"
 
 cat >"$BASE/etc/podunit.toml" <<EOF
 # written by test/kubelet/e2e.sh
