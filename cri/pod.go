@@ -53,6 +53,9 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePod
 	if err != nil {
 		return nil, err
 	}
+	if sb, err := s.pods.Get(ctx, id); err == nil {
+		s.removed.add(id, podStatus(sb), time.Now())
+	}
 	if err := s.life.Remove(ctx, id); err != nil {
 		return nil, err
 	}
