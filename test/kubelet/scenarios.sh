@@ -435,37 +435,50 @@ scenario_evented() {
 	check evented-generic-no-subscriber "podunit_events_subscribers is not 0 under a kubelet without EventedPLEG" \
 		test "$(podunit_metric podunit_events_subscribers)" = 0
 	pleg_round generic || return
-	local generic_exit=$EXIT_LAT cfg=$KCFG/kubelet-evented.yaml ev0 evs err0
-	{ cat "$KUBELET_CONFIG" && printf 'featureGates:\n  EventedPLEG: true\n'; } >"$cfg"
+	local generic_exit=$EXIT_LAT
+	{ cat "$KUBELET_CONFIG" && printf 'featureGates:\n  EventedPLEG: true\n'; } >"$KCFG/kubelet-evented.yaml"
 	log "restarting the kubelet with EventedPLEG"
 	start_kubelet "$KCFG_NODE/kubelet-evented.yaml"
-	check evented-kubelet-healthy "the kubelet with EventedPLEG did not become healthy within 60s" \
-		wait_until 60 "kubelet healthz" curl -fsS "http://127.0.0.1:11248/healthz"
-	check evented-subscribed "podunit_events_subscribers is not 1 30s after the kubelet started" \
-		wait_until 30 "subscriber" eval '[ "$(podunit_metric podunit_events_subscribers)" = 1 ]'
-	check evented-kubelet-connected "kubelet_evented_pleg_connection_success_count stays 0" \
-		wait_until 30 "evented connection" eval '[ "$(kubelet_metric kubelet_evented_pleg_connection_success_count)" -ge 1 ]'
-	ev0=$(kubelet_metric kubelet_evented_pleg_connection_latency_seconds_count)
-	pleg_round evented || return
-	# each kill: STOPPED, then CREATED and STARTED of the new attempt
-	evs=$(($(kubelet_metric kubelet_evented_pleg_connection_latency_seconds_count) - ev0))
-	log "the kubelet took $evs container events during the 3 restarts"
-	check evented-events-taken "the kubelet took $evs events with a pod status for 3 restarts (want >= 9)" test "$evs" -ge 9
-	check evented-exit-prompt "exits were seen after ${EXIT_LAT}s (generic: ${generic_exit}s), not all within 0.5s" \
-		all_below 0.5 $EXIT_LAT
-	check evented-restart-prompt "restarts were seen after ${START_LAT}s, not all within 2s" all_below 2 $START_LAT
-	err0=$(kubelet_metric kubelet_evented_pleg_connection_error_count)
-	check evented-no-stream-errors "kubelet_evented_pleg_connection_error_count is $err0" test "$err0" = 0
-	check evented-no-fallback "the kubelet logged Evented PLEG errors (nil pod status, stream given up)" \
-		eval "! journal kubelet.service --since '@$SCENARIO_SINCE' | grep -E 'Evented PLEG: (disabling|received ContainerEventResponse with nil)' >/dev/null"
-	check evented-still-subscribed "podunit_events_subscribers is not 1 after the kills" \
-		test "$(podunit_metric podunit_events_subscribers)" = 1
+	evented_checks "$generic_exit" || true
 	log "back to the generic PLEG"
 	start_kubelet "$KUBELET_CONFIG"
 	check evented-unsubscribed "podunit_events_subscribers is not 0 30s after the kubelet went back to generic PLEG" \
 		wait_until 30 "no subscriber" eval '[ "$(podunit_metric podunit_events_subscribers)" = 0 ]'
 	check evented-generic-healthy "the kubelet did not become healthy again within 60s" \
 		wait_until 60 "kubelet healthz" curl -fsS "http://127.0.0.1:11248/healthz"
+}
+
+# evented_checks GENERIC_EXIT_LATENCIES: what the kubelet with EventedPLEG
+# must show (scenario_evented)
+evented_checks() {
+	local ev0 evs err
+	check evented-kubelet-healthy "the kubelet with EventedPLEG did not become healthy within 60s" \
+		wait_until 60 "kubelet healthz" curl -fsS "http://127.0.0.1:11248/healthz" || return
+	check evented-subscribed "podunit_events_subscribers is not 1 30s after the kubelet started" \
+		wait_until 30 "subscriber" eval '[ "$(podunit_metric podunit_events_subscribers)" = 1 ]'
+	check evented-kubelet-connected "kubelet_evented_pleg_connection_success_count stays 0 (or its /metrics fails)" \
+		wait_until 30 "evented connection" eval '[ "$(kubelet_metric kubelet_evented_pleg_connection_success_count)" -ge 1 ]'
+	# the kubelet takes the pod's containers from PodSandboxStatus now: the
+	# running ones must be adopted, not started again
+	check evented-pod-adopted "the pleg pod's containers are not running, or were started again, 30s after the kubelet restart ($(ctrs pleg a | wc -l) CRI containers of a)" \
+		wait_until 30 "pleg adopted" eval 'pod_running pleg a && pod_running pleg b && pod_running pleg c && [ "$(ctrs pleg a | wc -l)" -le 2 ]' || return
+	ev0=$(kubelet_metric kubelet_evented_pleg_connection_latency_seconds_count)
+	pleg_round evented || return
+	# each kill: STOPPED, then CREATED and STARTED of the new attempt
+	evs=$(($(kubelet_metric kubelet_evented_pleg_connection_latency_seconds_count) - ev0))
+	log "the kubelet took $evs container events during the 3 restarts"
+	check evented-events-taken "the kubelet took $evs events with a pod status for 3 restarts (want >= 9)" test "$evs" -ge 9
+	check evented-exit-prompt "exits were seen after ${EXIT_LAT}s (generic: ${1}s), not all within 0.5s" \
+		all_below 0.5 $EXIT_LAT
+	check evented-restart-prompt "restarts were seen after ${START_LAT}s, not all within 2s" all_below 2 $START_LAT
+	check evented-one-attempt-each "more than 2 CRI containers per container of pod pleg: $(ctrs pleg a | wc -l) $(ctrs pleg b | wc -l) $(ctrs pleg c | wc -l)" \
+		eval '[ "$(ctrs pleg a | wc -l)" -le 2 ] && [ "$(ctrs pleg b | wc -l)" -le 2 ] && [ "$(ctrs pleg c | wc -l)" -le 2 ]'
+	err=$(kubelet_metric kubelet_evented_pleg_connection_error_count)
+	check evented-no-stream-errors "kubelet_evented_pleg_connection_error_count is '$err'" test "$err" = 0
+	check evented-no-fallback "the kubelet logged Evented PLEG errors (nil pod status, stream given up)" \
+		eval "! journal kubelet.service --since '@$SCENARIO_SINCE' | grep -E 'Evented PLEG: (disabling|received ContainerEventResponse with nil)' >/dev/null"
+	check evented-still-subscribed "podunit_events_subscribers is not 1 after the kills" \
+		test "$(podunit_metric podunit_events_subscribers)" = 1
 }
 
 # default_handler_userns: what RuntimeStatus says of user namespaces for the
