@@ -484,13 +484,27 @@ pleg_wait() { # SECONDS: until every pod runs in the kubelet's view
 	done
 	return 1
 }
+# unit_cpu UNIT: "NS SOURCE", the CPU time of the unit: its cgroup's
+# (systemd's CPUUsageNSec), else cpuacct.usage of its v1 cgroup, else (no
+# CPU accounting) utime + stime of its main process and its threads
+unit_cpu() {
+	local v cg pid
+	v=$(hx systemctl show -P CPUUsageNSec "$1")
+	if [[ $v =~ ^[0-9]+$ ]]; then echo "$v cgroup"; return; fi
+	cg=$(hx systemctl show -P ControlGroup "$1")
+	v=$(hx cat "/sys/fs/cgroup/cpuacct$cg/cpuacct.usage" 2>/dev/null) || v=""
+	if [[ $v =~ ^[0-9]+$ ]]; then echo "$v cgroup"; return; fi
+	pid=$(hx systemctl show -P MainPID "$1")
+	v=$(hx cat "/proc/$pid/stat" | awk -v t="$(getconf CLK_TCK)" '{sub(/^.*\) /, ""); printf "%.0f\n", ($12 + $13) * 1e9 / t}')
+	[[ $v =~ ^[0-9]+$ ]] && echo "$v process"
+}
 kmetric() { # NAME: the sum of the kubelet's samples NAME
 	local m
 	m=$(curl -fsSk --max-time 5 https://127.0.0.1:11250/metrics) || return 1
 	awk -v n="$1" '$1 == n || index($1, n "{") == 1 {s += $NF} END {printf "%d\n", s}' <<<"$m"
 }
 pleg_figure() {
-	local i mode round order k0 k1 p0 p1 r0 r1 q0 q1 e0 e1 t0 t1
+	local i mode round order k0 k1 p0 p1 r0 r1 q0 q1 e0 e1 t0 t1 ksrc psrc
 	bash "$REPO/test/kubelet/harness-prep.sh" "$D" || return 1
 	# the kubelet e2e's configuration with the kubelet's own sync and
 	# manifest check periods (1 min, 20 s) instead of the test's short ones
@@ -531,17 +545,23 @@ EOF
 			sleep "$PLEG_SETTLE"
 			r0=$(kmetric kubelet_pleg_relist_duration_seconds_count) q0=$(kmetric kubelet_pleg_pod_relist_duration_seconds_count)
 			e0=$(kmetric kubelet_evented_pleg_connection_latency_seconds_count)
-			k0=$(hx systemctl show -P CPUUsageNSec kubelet.service) p0=$(hx systemctl show -P CPUUsageNSec podunit.service) t0=$(date +%s.%N)
+			read -r k0 ksrc <<<"$(unit_cpu kubelet.service)"
+			read -r p0 psrc <<<"$(unit_cpu podunit.service)"
+			t0=$(date +%s.%N)
 			sleep "$PLEG_HOLD"
-			k1=$(hx systemctl show -P CPUUsageNSec kubelet.service) p1=$(hx systemctl show -P CPUUsageNSec podunit.service) t1=$(date +%s.%N)
+			read -r k1 _ <<<"$(unit_cpu kubelet.service)"
+			read -r p1 _ <<<"$(unit_cpu podunit.service)"
+			t1=$(date +%s.%N)
 			r1=$(kmetric kubelet_pleg_relist_duration_seconds_count) q1=$(kmetric kubelet_pleg_pod_relist_duration_seconds_count)
 			e1=$(kmetric kubelet_evented_pleg_connection_latency_seconds_count)
 			[[ $k0 =~ ^[0-9]+$ && $k1 =~ ^[0-9]+$ && $p0 =~ ^[0-9]+$ && $p1 =~ ^[0-9]+$ ]] ||
-				{ log "pleg: no CPU accounting (kubelet $k0 $k1, podunit $p0 $p1)"; return 1; }
+				{ log "pleg: no CPU time (kubelet '$k0' '$k1', podunit '$p0' '$p1')"; return 1; }
 			jq -cn --arg mode "$mode" --arg pods "$PLEG_PODS" --arg round "$round" --arg time "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
 				--argjson k "$(((k1 - k0) / 1000))" --argjson p "$(((p1 - p0) / 1000))" --argjson t0 "$t0" --argjson t1 "$t1" \
 				--argjson r "$((r1 - r0))" --argjson q "$((q1 - q0))" --argjson e "$((e1 - e0))" \
-				'{kind: "pleg", runtime: "podunit", time: $time, params: {mode: $mode, pods: $pods, round: $round},
+				--arg ksrc "$ksrc" --arg psrc "$psrc" \
+				'{kind: "pleg", runtime: "podunit", time: $time,
+				  params: {mode: $mode, pods: $pods, round: $round, kubelet_cpu_from: $ksrc, podunit_cpu_from: $psrc},
 				  samples: {kubelet_cpu_s: [$k / 1e6], podunit_cpu_s: [$p / 1e6], hold_s: [$t1 - $t0],
 				  relists: [$r], pod_relists: [$q], events: [$e]}}' | tee -a "$RES"
 		done

@@ -25,20 +25,22 @@ func (r *run) renderPleg(w writer) {
 		w("Not run (`ONLY=pleg`, not in the default list).\n")
 		return
 	}
-	pods, hold := "", 0.0
+	pods, hold, from := "", 0.0, "the CPU time of its unit's cgroup (systemd's CPUUsageNSec, or cpuacct.usage)"
 	for _, res := range r.results {
 		if res.Kind == "pleg" {
 			pods = res.Params["pods"]
 			hold = mean(res.Samples["hold_s"])
+			if res.Params["kubelet_cpu_from"] == "process" {
+				from = "utime + stime of its process (the harness gave the unit no CPU accounting)"
+			}
 			break
 		}
 	}
 	w("A kubelet %s (test/kubelet/build-kubelet.sh) on podunit in the bench harness, %s static pods of one busybox "+
 		"`sleep` container each, started once; the kubelet is restarted in each mode and adopts them, and after every pod "+
-		"shows running and a settle time, the CPU time of its unit's cgroup (systemd CPUUsageNSec) is read across a hold of "+
-		"%.0f s, as is podunit's. Rounds alternate the modes. Relists and events are the kubelet's own counters over the same "+
+		"shows running and a settle time, %s is read across a hold of %.0f s, as is podunit's. Rounds alternate the modes. Relists and events are the kubelet's own counters over the same "+
 		"hold (kubelet_pleg_relist_duration_seconds_count, kubelet_pleg_pod_relist_duration_seconds_count, "+
-		"kubelet_evented_pleg_connection_latency_seconds_count).\n\n", r.machine["pleg_kubelet"], pods, hold)
+		"kubelet_evented_pleg_connection_latency_seconds_count).\n\n", r.machine["pleg_kubelet"], pods, from, hold)
 	w("| | generic PLEG | EventedPLEG |\n|---|---|---|\n")
 	row := func(label, series string, format func([]float64) string) {
 		cells := make([]string, len(plegModes))

@@ -26,7 +26,7 @@ func TestRenderPleg(t *testing.T) {
 	doc := b.String()
 	for _, want := range []string{
 		"A kubelet v1.37.2 (test/kubelet/build-kubelet.sh) on podunit in the bench harness, 100 static pods",
-		"a hold of 60 s",
+		"shows running and a settle time, the CPU time of its unit's cgroup (systemd's CPUUsageNSec, or cpuacct.usage) is read across a hold of 60 s",
 		"| kubelet CPU over the hold, each round (s) | 3.00, 3.00 | 3.30, 2.70 |",
 		"| kubelet CPU, mean (% of one core) | 5.0 % | 5.0 % |",
 		"| podunit CPU over the hold, each round (s) | 1.50, 1.50 | 1.60, 1.40 |",
