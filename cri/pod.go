@@ -53,14 +53,23 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePod
 	if err != nil {
 		return nil, err
 	}
+	if sb, err := s.pods.Get(ctx, id); err == nil {
+		s.removed.add(id, podStatus(sb), time.Now())
+	}
 	if err := s.life.Remove(ctx, id); err != nil {
 		return nil, err
 	}
 	return &runtimeapi.RemovePodSandboxResponse{}, nil
 }
 
-// PodSandboxStatus reports one pod; verbose adds podunit's view as JSON.
+// PodSandboxStatus reports one pod and the statuses of its containers;
+// verbose adds podunit's view as JSON. A kubelet with EventedPLEG takes
+// the pod's containers from ContainersStatuses alone once Timestamp is set
+// (v1.37 kuberuntime_manager.go GetPodStatus): without them it sees an
+// empty pod and starts every container again, forever. Timestamp is taken
+// before anything is read, so the statuses are never older than it says.
 func (s *Server) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
+	ts := time.Now().UnixNano()
 	id, err := s.podID(req.GetPodSandboxId())
 	if err != nil {
 		return nil, err
@@ -69,7 +78,8 @@ func (s *Server) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandbo
 	if err != nil {
 		return nil, err
 	}
-	resp := &runtimeapi.PodSandboxStatusResponse{Status: podStatus(sb), Timestamp: time.Now().UnixNano()}
+	resp := &runtimeapi.PodSandboxStatusResponse{Status: podStatus(sb), Timestamp: ts,
+		ContainersStatuses: s.podContainerStatuses(ctx, id)}
 	if req.GetVerbose() {
 		info, err := verboseInfo(sb)
 		if err != nil {

@@ -153,3 +153,53 @@ func TestPodMatches(t *testing.T) {
 		}
 	}
 }
+
+// A kubelet with EventedPLEG builds the pod's containers from
+// PodSandboxStatus alone when it carries a timestamp: every container of the
+// pod, with the status ContainerStatus gives, and a timestamp no later than
+// the data.
+func TestPodSandboxStatusCarriesContainerStatuses(t *testing.T) {
+	s := podServer(t)
+	ctx := context.Background()
+	run, err := s.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: testPod("withctrs", nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := s.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: testPod("other", nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(pod, name string) string {
+		cr, err := s.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: &runtimeapi.ContainerConfig{
+			Metadata: &runtimeapi.ContainerMetadata{Name: name}, Image: &runtimeapi.ImageSpec{Image: "busybox"}, Command: []string{"sh"},
+			Labels: map[string]string{"io.kubernetes.container.name": name},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cr.ContainerId
+	}
+	want := map[string]string{create(run.PodSandboxId, "x"): "x", create(run.PodSandboxId, "y"): "y"}
+	create(other.PodSandboxId, "z")
+	before := time.Now().UnixNano()
+	st, err := s.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: run.PodSandboxId})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Timestamp < before || st.Timestamp > time.Now().UnixNano() {
+		t.Errorf("timestamp %d not taken during the call", st.Timestamp)
+	}
+	if len(st.ContainersStatuses) != len(want) {
+		t.Fatalf("%d container statuses, want %d: %v", len(st.ContainersStatuses), len(want), st.ContainersStatuses)
+	}
+	for _, cs := range st.ContainersStatuses {
+		one, err := s.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: cs.Id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want[cs.Id] == "" || cs.Metadata.GetName() != want[cs.Id] || cs.State != runtimeapi.ContainerState_CONTAINER_CREATED ||
+			cs.Labels["io.kubernetes.container.name"] != want[cs.Id] || cs.CreatedAt != one.Status.CreatedAt {
+			t.Errorf("container status %v; ContainerStatus says %v", cs, one.Status)
+		}
+	}
+}

@@ -77,6 +77,9 @@ type Server struct {
 	handlers func() (string, map[string]oci.Features)
 	log      *slog.Logger
 	network  func(ctx context.Context) error
+	// removed is the last status of recently removed pods, for the
+	// container events that outlive them (GetContainerEvents).
+	removed removedPods
 }
 
 // New builds the server from its dependencies.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/events"
@@ -172,9 +173,12 @@ func (s *Server) GetContainerEvents(req *runtimeapi.GetEventsRequest, stream run
 }
 
 // eventResponse attaches the pod's current status and its containers'
-// statuses, as the kubelet's evented PLEG expects. A pod or container
-// already gone (DELETED after RemovePodSandbox) still yields the event,
-// without the parts that no longer exist.
+// statuses, as the kubelet's evented PLEG expects. A pod removed since the
+// event (DELETED of the containers RemovePodSandbox took along, the restart
+// backlog) gets its last status, NOTREADY; a container already gone yields
+// the event without its status. Only a pod podunit never removed through
+// the CRI, or one removed longer ago than removedPodsTTL, leaves the pod
+// status out.
 func (s *Server) eventResponse(ctx context.Context, ev events.Event) *runtimeapi.ContainerEventResponse {
 	resp := &runtimeapi.ContainerEventResponse{
 		ContainerId: ev.ContainerID, ContainerEventType: ev.Type, CreatedAt: ev.CreatedAt,
@@ -184,7 +188,9 @@ func (s *Server) eventResponse(ctx context.Context, ev events.Event) *runtimeapi
 	}
 	if sb, err := s.pods.Get(ctx, ev.PodSandboxID); err == nil {
 		resp.PodSandboxStatus = podStatus(sb)
-	} else if !errors.Is(err, errdefs.ErrNotFound) {
+	} else if errors.Is(err, errdefs.ErrNotFound) {
+		resp.PodSandboxStatus = s.removed.get(ev.PodSandboxID, time.Now())
+	} else {
 		s.log.Debug("container event: pod status", "pod", ev.PodSandboxID, "err", err)
 	}
 	resp.ContainersStatuses = s.podContainerStatuses(ctx, ev.PodSandboxID)

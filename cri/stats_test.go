@@ -76,7 +76,38 @@ func TestGetContainerEventsStreamsWithStatuses(t *testing.T) {
 	}
 	r = <-st.sent
 	if r.ContainerId != "c9" || r.PodSandboxStatus != nil || r.ContainersStatuses != nil {
-		t.Fatalf("event for a removed pod %v", r)
+		t.Fatalf("event for a pod podunit never had %v", r)
+	}
+	// The pod's removal takes its container along: that DELETED event, and
+	// one published after the pod is gone (as the restart backlog replays
+	// it), carry the pod's last status, which the kubelet's evented PLEG
+	// needs (it drops events without one).
+	if _, err := s.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod.PodSandboxId}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod.PodSandboxId}); err != nil {
+		t.Fatal(err)
+	}
+	hub.Publish(events.NewEvent(runtimeapi.ContainerEventType_CONTAINER_STOPPED_EVENT, "late", pod.PodSandboxId))
+	var deleted, late *runtimeapi.ContainerEventResponse
+	for deleted == nil || late == nil {
+		select {
+		case r = <-st.sent:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no DELETED and late event for the removed pod's container (deleted %v, late %v)", deleted, late)
+		}
+		switch {
+		case r.ContainerId == "late":
+			late = r
+		case r.ContainerId == cr.ContainerId && r.ContainerEventType == runtimeapi.ContainerEventType_CONTAINER_DELETED_EVENT:
+			deleted = r
+		}
+	}
+	for _, r := range []*runtimeapi.ContainerEventResponse{deleted, late} {
+		if r.PodSandboxStatus.GetId() != pod.PodSandboxId || r.PodSandboxStatus.GetMetadata().GetUid() == "" ||
+			r.PodSandboxStatus.GetState() != runtimeapi.PodSandboxState_SANDBOX_NOTREADY || len(r.ContainersStatuses) != 0 {
+			t.Fatalf("event after the pod's removal %v", r)
+		}
 	}
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {

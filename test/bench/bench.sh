@@ -12,16 +12,20 @@
 #   BENCH_OUT       raw results, logs, profiles (default /var/tmp/podunit-bench; replaced)
 #   BENCH_DOC       the table (default <repo>/docs/benchmarks.md)
 #   ROUNDS          alternating rounds of every figure but density (default 2)
-#   ONLY            space-separated subset of: runp pull startlat critest logs density scale profile
-#                   (default all but scale: at its default size scale takes
+#   ONLY            space-separated subset of: runp pull startlat critest logs density scale pleg profile
+#                   (default all but scale and pleg: at its default size scale takes
 #                   about half an hour per runtime on the 2-core machine; it
-#                   took 6.5 min for podunit with SCALE_CHURN=1000)
+#                   took 6.5 min for podunit with SCALE_CHURN=1000; pleg
+#                   runs a kubelet on podunit, about 2 + ROUNDS x 4 min)
 #   SCALE_PODS, SCALE_PER_POD  the scale figure's pods and containers per pod (500, 2)
 #   SCALE_CHURN     its create/start/stop/remove cycles after the removal (10000)
 #   SCALE_HOLD      its hold with a daemon-reload every second (60s)
 #   SCALE_PARALLEL  its pod starts, removals and cycles in flight (4)
 #   BENCH_METRICS   podunit's metrics address (127.0.0.1:39217): the scale figure reads
 #                   its D-Bus call latency histogram there
+#   PLEG_PODS, PLEG_HOLD, PLEG_SETTLE  the pleg figure's static pods (100), the
+#                   hold over which the kubelet's CPU is read (60 s) and the
+#                   wait before it once all pods run (30 s)
 #   KEEP=1          leave the harness running at the end (debugging)
 #   PROFILE_PARALLEL  the profiled startlat's bursts (default 1: sequential)
 #   RUNTIMES        space-separated subset of: podunit containerd containerd2
@@ -59,6 +63,7 @@ HARNESS=$REPO/test/harness/podunit-harness.sh
 : "${PROFILE_PARALLEL:=1}"
 : "${BENCH_METRICS:=127.0.0.1:39217}"
 : "${SCALE_PODS:=500}" "${SCALE_PER_POD:=2}" "${SCALE_CHURN:=10000}" "${SCALE_HOLD:=60s}" "${SCALE_PARALLEL:=4}"
+: "${PLEG_PODS:=100}" "${PLEG_HOLD:=60}" "${PLEG_SETTLE:=30}"
 read -r -a RUNTIMES <<<"${RUNTIMES:-podunit containerd containerd2}"
 SUBNET=10.215.0.0/16
 BRIDGE=pu-bench0
@@ -88,6 +93,16 @@ measured() { [[ " ${RUNTIMES[*]} " == *" $1 "* ]]; }
 log "containerd 2: test/bench/build-containerd2.sh (cached after the first build)"
 CTRD2_DIR=$(bash "$BENCH_DIR/build-containerd2.sh") || die "test/bench/build-containerd2.sh failed"
 
+# the pleg figure's kubelet (test/kubelet/build-kubelet.sh, cached)
+KUBELET=""
+if want pleg; then
+	measured podunit || die "the pleg figure runs a kubelet against podunit: RUNTIMES must include podunit"
+	KUBELET=$(bash "$REPO/test/kubelet/build-kubelet.sh") || die "test/kubelet/build-kubelet.sh failed"
+	for p in 11248 11250 11255; do
+		! ss -Htln "sport = :$p" | grep -q . || die "port $p is in use (the pleg figure's kubelet listens on 11248/11250/11255)"
+	done
+fi
+
 registry_was_up=0
 registry_up && registry_was_up=1
 BASE="" D=""
@@ -100,6 +115,7 @@ cleanup() {
 			log "KEEP=1: harness left at $D; stop: bash $HARNESS stop $D; ip link del $BRIDGE"
 			exit "$rc"
 		fi
+		[[ -z $KUBELET ]] || bash "$HARNESS" exec "$D" systemctl stop kubelet.service >/dev/null 2>&1 || true
 		for ep in "$PU" "$CD" "$CD2"; do
 			crictl --runtime-endpoint "$ep" --image-endpoint "$ep" rmp -a -f >/dev/null 2>&1 || true
 		done
@@ -150,7 +166,7 @@ PU=unix://$D/run/podunit/podunit.sock
 CD=unix://$D/run/bench-containerd/containerd.sock
 CD2=unix://$D/run/bench-containerd2/containerd.sock
 LOGROOT=$BASE/logbench
-mkdir -p "$BASE"/{pulib,ctrd,ctrd2,pods,etc,cni,certs.d} "$LOGROOT"
+mkdir -p "$BASE"/{pulib,ctrd,ctrd2,pods,etc,cni,certs.d,kubelet,manifests,kcfg} "$LOGROOT"
 cat /proc/sys/net/ipv4/ip_forward >"$BASE/ip_forward.orig"
 iptables -I FORWARD -s "$SUBNET" ! -d "$SUBNET" -m comment --comment podunit-bench -j DROP
 iptables -I FORWARD -d "$SUBNET" ! -s "$SUBNET" -m comment --comment podunit-bench -j DROP
@@ -273,11 +289,15 @@ EOF
 cp "$BASE/ctrd2/config.toml" "$BENCH_OUT/containerd2.toml"
 
 log "booting the harness in $D"
+# the pleg figure's kubelet: its binary, state, static pod directory, configs
+kubelet_binds=()
+[[ -z $KUBELET ]] || kubelet_binds=(--bind "${KUBELET%/*}" --bind "$BASE/kubelet:/var/lib/kubelet"
+	--bind "$BASE/manifests:/etc/kubernetes/manifests" --bind "$BASE/kcfg:/etc/kubelet-bench")
 # 9>&-: a harness kept with KEEP=1 must not hold the critest lock
 bash "$HARNESS" start "$D" --host-net --net-rw --bind "$REPO" --bind "$BASE/cni" --bind "$BASE/certs.d" \
 	--bind "$BASE/pulib:/var/lib/podunit" --bind "$BASE/ctrd:/var/lib/bench-containerd" \
 	--bind "$BASE/ctrd2:/var/lib/bench-containerd2" --bind "$CTRD2_DIR" \
-	--bind "$BASE/pods:/var/log/pods" --bind "$BASE/etc:/etc/podunit" --bind "$LOGROOT" >"$BASE/env" 9>&-
+	--bind "$BASE/pods:/var/log/pods" --bind "$BASE/etc:/etc/podunit" --bind "$LOGROOT" "${kubelet_binds[@]}" >"$BASE/env" 9>&-
 HNAME=$(bash "$HARNESS" name "$D")
 HPID=$(awk -F= '$1 == "PODUNIT_HARNESS_PID" {print $2}' "$BASE/env")
 hx() { bash "$HARNESS" exec "$D" "$@"; }
@@ -446,6 +466,121 @@ done
 
 echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$BENCH_OUT/machine.env"
 
+# ------------------------------------------------------------------ pleg ----
+# The kubelet's own CPU with PLEG_PODS static pods (one busybox `sleep`
+# each) on podunit, generic PLEG against featureGates EventedPLEG. The pods
+# start once; the kubelet is then restarted in each mode (it adopts the
+# running pods), and after PLEG_SETTLE its cgroup's CPU usage
+# (CPUUsageNSec: cpuacct.usage on v1) is read across PLEG_HOLD seconds, as is
+# podunit's. ROUNDS alternating rounds, the order reversed each round.
+pleg_kubelet() { # MODE: (re)start the kubelet in that PLEG mode
+	hx systemctl stop kubelet.service >/dev/null 2>&1 || true
+	hx systemctl reset-failed kubelet.service >/dev/null 2>&1 || true
+	hx systemd-run --unit=kubelet.service -p CPUAccounting=yes -p Restart=always -p RestartSec=2 \
+		"$KUBELET" --config="/etc/kubelet-bench/kubelet-$1.yaml" --v=2 >/dev/null
+}
+# pleg_running: pods the kubelet reports with every container running
+pleg_running() {
+	curl -fsS --max-time 5 http://127.0.0.1:11255/pods | jq '[.items[] | select(.metadata.name | startswith("pleg-"))
+		| select(.status.containerStatuses != null and all(.status.containerStatuses[]; .state.running != null))] | length'
+}
+pleg_wait() { # SECONDS: until every pod runs in the kubelet's view
+	local i
+	for ((i = 0; i < $1; i++)); do
+		[[ $(pleg_running 2>/dev/null) == "$PLEG_PODS" ]] && return 0
+		sleep 1
+	done
+	return 1
+}
+# unit_cpu UNIT: "NS SOURCE", the CPU time of the unit: its cgroup's
+# (systemd's CPUUsageNSec), else cpuacct.usage of its v1 cgroup, else (no
+# CPU accounting) utime + stime of its main process and its threads
+unit_cpu() {
+	local v cg pid
+	v=$(hx systemctl show -P CPUUsageNSec "$1")
+	if [[ $v =~ ^[0-9]+$ ]]; then echo "$v cgroup"; return; fi
+	cg=$(hx systemctl show -P ControlGroup "$1")
+	v=$(hx cat "/sys/fs/cgroup/cpuacct$cg/cpuacct.usage" 2>/dev/null) || v=""
+	if [[ $v =~ ^[0-9]+$ ]]; then echo "$v cgroup"; return; fi
+	pid=$(hx systemctl show -P MainPID "$1")
+	v=$(hx cat "/proc/$pid/stat" | awk -v t="$(getconf CLK_TCK)" '{sub(/^.*\) /, ""); printf "%.0f\n", ($12 + $13) * 1e9 / t}')
+	[[ $v =~ ^[0-9]+$ ]] && echo "$v process"
+}
+kmetric() { # NAME: the sum of the kubelet's samples NAME
+	local m
+	m=$(curl -fsSk --max-time 5 https://127.0.0.1:11250/metrics) || return 1
+	awk -v n="$1" '$1 == n || index($1, n "{") == 1 {s += $NF} END {printf "%d\n", s}' <<<"$m"
+}
+pleg_figure() {
+	local i mode round order k0 k1 p0 p1 r0 r1 q0 q1 e0 e1 t0 t1 ksrc psrc
+	bash "$REPO/test/kubelet/harness-prep.sh" "$D" || return 1
+	# the kubelet e2e's configuration with the kubelet's own sync and
+	# manifest check periods (1 min, 20 s) instead of the test's short ones
+	sed '/^syncFrequency:/d; /^fileCheckFrequency:/d' "$REPO/test/kubelet/kubelet-config.yaml" >"$BASE/kcfg/kubelet-generic.yaml"
+	{ cat "$BASE/kcfg/kubelet-generic.yaml" && printf 'featureGates:\n  EventedPLEG: true\n'; } >"$BASE/kcfg/kubelet-evented.yaml"
+	hx systemctl set-property --runtime podunit.service CPUAccounting=yes
+	pleg_kubelet generic
+	for ((i = 1; i <= PLEG_PODS; i++)); do
+		cat >"$BASE/manifests/pleg-$i.yaml" <<EOF
+apiVersion: v1
+kind: Pod
+metadata:
+  name: pleg-$i
+  namespace: default
+spec:
+  dnsPolicy: Default
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: registry.k8s.io/e2e-test-images/busybox:1.29-2
+    imagePullPolicy: IfNotPresent
+    command: ["sleep", "86399"]
+EOF
+	done
+	log "pleg: $PLEG_PODS static pods"
+	pleg_wait 900 || { log "pleg: only $(pleg_running) of $PLEG_PODS pods running after 900 s"; return 1; }
+	for round in $(seq 1 "$ROUNDS"); do
+		order="generic evented"
+		((round % 2)) || order="evented generic"
+		for mode in $order; do
+			log "pleg round $round: $mode PLEG, kubelet restarted"
+			pleg_kubelet "$mode"
+			pleg_wait 300 || { log "pleg: $mode: only $(pleg_running) pods running after 300 s"; return 1; }
+			if [[ $mode == evented && $(kmetric kubelet_evented_pleg_connection_success_count) -lt 1 ]]; then
+				log "pleg: the evented kubelet has no event stream"
+				return 1
+			fi
+			sleep "$PLEG_SETTLE"
+			r0=$(kmetric kubelet_pleg_relist_duration_seconds_count) q0=$(kmetric kubelet_pleg_pod_relist_duration_seconds_count)
+			e0=$(kmetric kubelet_evented_pleg_connection_latency_seconds_count)
+			read -r k0 ksrc <<<"$(unit_cpu kubelet.service)"
+			read -r p0 psrc <<<"$(unit_cpu podunit.service)"
+			t0=$(date +%s.%N)
+			sleep "$PLEG_HOLD"
+			read -r k1 _ <<<"$(unit_cpu kubelet.service)"
+			read -r p1 _ <<<"$(unit_cpu podunit.service)"
+			t1=$(date +%s.%N)
+			r1=$(kmetric kubelet_pleg_relist_duration_seconds_count) q1=$(kmetric kubelet_pleg_pod_relist_duration_seconds_count)
+			e1=$(kmetric kubelet_evented_pleg_connection_latency_seconds_count)
+			[[ $k0 =~ ^[0-9]+$ && $k1 =~ ^[0-9]+$ && $p0 =~ ^[0-9]+$ && $p1 =~ ^[0-9]+$ ]] ||
+				{ log "pleg: no CPU time (kubelet '$k0' '$k1', podunit '$p0' '$p1')"; return 1; }
+			jq -cn --arg mode "$mode" --arg pods "$PLEG_PODS" --arg round "$round" --arg time "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+				--argjson k "$(((k1 - k0) / 1000))" --argjson p "$(((p1 - p0) / 1000))" --argjson t0 "$t0" --argjson t1 "$t1" \
+				--argjson r "$((r1 - r0))" --argjson q "$((q1 - q0))" --argjson e "$((e1 - e0))" \
+				--arg ksrc "$ksrc" --arg psrc "$psrc" \
+				'{kind: "pleg", runtime: "podunit", time: $time,
+				  params: {mode: $mode, pods: $pods, round: $round, kubelet_cpu_from: $ksrc, podunit_cpu_from: $psrc},
+				  samples: {kubelet_cpu_s: [$k / 1e6], podunit_cpu_s: [$p / 1e6], hold_s: [$t1 - $t0],
+				  relists: [$r], pod_relists: [$q], events: [$e]}}' | tee -a "$RES"
+		done
+	done
+	echo "pleg_kubelet=$("$KUBELET" --version | awk '{print $2}')" >>"$BENCH_OUT/machine.env"
+	rm -f "$BASE"/manifests/*.yaml
+	hx systemctl stop kubelet.service
+	crictl --runtime-endpoint "$PU" rmp -a -f >/dev/null 2>&1 || true
+}
+if want pleg; then pleg_figure >"$BENCH_OUT/pleg.log" 2>&1 || fail pleg podunit "$BENCH_OUT/pleg.log"; fi
+
 # --------------------------------------------------------------- profile ----
 # After the measured rounds (which ran the plain binary with metrics off, as
 # podunit ships), podunit is restarted from a build that adds a pprof listener
@@ -499,6 +634,7 @@ profile() {
 if want profile; then profile || log "profiling failed (see $BENCH_OUT)"; fi
 
 cmdline="${BENCH_COMMAND:-bash test/bench/bench.sh} with ROUNDS=$ROUNDS ONLY='$ONLY'"
+! want pleg || cmdline+=" PLEG_PODS=$PLEG_PODS PLEG_HOLD=$PLEG_HOLD PLEG_SETTLE=$PLEG_SETTLE"
 ! want scale || cmdline+=" SCALE_PODS=$SCALE_PODS SCALE_PER_POD=$SCALE_PER_POD SCALE_CHURN=$SCALE_CHURN SCALE_HOLD=$SCALE_HOLD SCALE_PARALLEL=$SCALE_PARALLEL"
 [[ ${SKIP_IMAGES:-0} != 1 ]] || cmdline+=" SKIP_IMAGES=1 (registry images already pushed)"
 (cd "$REPO" && "$CRIBENCH" report -results "$BENCH_OUT" -out "$BENCH_DOC" -command "$cmdline" \

@@ -15,6 +15,9 @@
 #   killstop   SIGKILL podunit while the kubelet stops a pod (grace period)
 #   dbus       restart dbus-daemon: podunit keeps serving, creating and noticing exits
 #   attach     kubectl attach -it through the kubelet: echo, resize, ^C, detach
+#   evented    the kubelet with featureGates EventedPLEG: it subscribes to
+#              GetContainerEvents and sees container exits at once (exit
+#              latency measured under generic and evented PLEG)
 #   userns     a hostUsers: false pod (crun made the default handler by a reload)
 #   teardown   removing manifests tears pods down: no units, mounts, pins left
 #   (scenarios after plumbing need the pods of logs/web/liveness/crash; pass
@@ -41,6 +44,7 @@ reload_podunit() { hx "$PODUNIT_BINARY" reload --config /etc/podunit/podunit.tom
 : "${PODUNIT_BINARY:=$REPO/bin/podunit}"
 : "${E2E_OUT:=/var/tmp/podunit-kubelet-e2e}"
 : "${KEEP:=0}"
+PODUNIT_METRICS_ADDR=127.0.0.1:11256
 HARNESS=$REPO/test/harness/podunit-harness.sh
 CNI_DIR=$HERE/cni # its own bridge and subnet: critest may run at the same time
 SUBNET=10.215.0.0/16 # cni/10-kubelet-e2e.conflist
@@ -53,8 +57,8 @@ case $PODUNIT_BINARY in "$REPO"/*) ;; *) die "PODUNIT_BINARY must lie inside $RE
 command -v crictl >/dev/null || die "crictl missing: run test/critest/install-tools.sh"
 [[ -n ${KUBELET:-} ]] || KUBELET=$(bash "$HERE/build-kubelet.sh")
 KUBELET=$(realpath -e "$KUBELET")
-for p in 11248 11250 11255; do
-	! ss -Htln "sport = :$p" | grep -q . || die "port $p is in use (the test kubelet listens on 11248/11250/11255)"
+for p in 11248 11250 11255 11256; do
+	! ss -Htln "sport = :$p" | grep -q . || die "port $p is in use (the test kubelet listens on 11248/11250/11255, podunit's metrics on 11256)"
 done
 
 rm -rf "$E2E_OUT"
@@ -67,7 +71,12 @@ PODLOGS=$BASE/pods
 PODUNIT_LIB=$BASE/lib
 PODUNIT_ETC=$BASE/etc
 ATTACH_TOOL=$BASE/kubelet-attach
-mkdir -p "$BASE/lib" "$PODLOGS" "$BASE/etc" "$BASE/kubelet" "$MANIFESTS"
+# kubelet configurations the scenarios write (the evented one): KCFG on the
+# host is KCFG_NODE in the harness
+KCFG=$BASE/kcfg
+KCFG_NODE=/etc/kubelet-e2e
+KUBELET_CONFIG=$HERE/kubelet-config.yaml
+mkdir -p "$BASE/lib" "$PODLOGS" "$BASE/etc" "$BASE/kubelet" "$MANIFESTS" "$KCFG"
 cat /proc/sys/net/ipv4/ip_forward >"$BASE/ip_forward.orig"
 registry_was_up=0
 registry_up && registry_was_up=1
@@ -112,18 +121,10 @@ iptables -I FORWARD -d "$SUBNET" ! -s "$SUBNET" -m comment --comment podunit-kub
 
 bash "$HARNESS" start "$D" --host-net --net-rw --bind "$REPO" --bind "${KUBELET%/*}" \
 	--bind "$BASE/lib:/var/lib/podunit" --bind "$PODLOGS:/var/log/pods" --bind "$BASE/etc:/etc/podunit" \
-	--bind "$BASE/kubelet:/var/lib/kubelet" --bind "$MANIFESTS:/etc/kubernetes/manifests" >"$BASE/env"
+	--bind "$BASE/kubelet:/var/lib/kubelet" --bind "$MANIFESTS:/etc/kubernetes/manifests" \
+	--bind "$KCFG:$KCFG_NODE" >"$BASE/env"
 
-# The kubelet's OOM watcher opens /dev/kmsg (the harness's /dev is private).
-hx mknod -m 0600 /dev/kmsg c 1 11
-# The kubelet refuses to start when vm.overcommit_memory, kernel.panic and
-# kernel.panic_on_oops differ from what it wants and it cannot set them.
-# /proc/sys is read-only in the harness and these are host-wide, so the
-# harness's view of them is replaced instead (the host stays untouched).
-hx sh -c 'set -e; d=/run/kubelet-e2e-sysctl; mkdir -p $d
-	for kv in vm/overcommit_memory=1 kernel/panic=10 kernel/panic_on_oops=1; do
-		k=${kv%=*}; f=$d/$(echo $k | tr / .); echo ${kv#*=} >$f; mount -n --bind $f /proc/sys/$k
-	done'
+bash "$HERE/harness-prep.sh" "$D"
 
 cat >"$BASE/etc/podunit.toml" <<EOF
 # written by test/kubelet/e2e.sh
@@ -140,6 +141,10 @@ bin_dirs = ["/usr/lib/cni", "/opt/cni/bin"]
 
 [streaming]
 address = "127.0.0.1:0"
+
+# the evented scenario reads podunit_events_subscribers
+[metrics]
+address = "$PODUNIT_METRICS_ADDR"
 EOF
 cp "$BASE/etc/podunit.toml" "$E2E_OUT/podunit.toml"
 
@@ -154,8 +159,7 @@ wait_until 30 "CRI socket" test -S "$SOCK" || die "no CRI socket at $SOCK"
 cri version >/dev/null || die "crictl version failed"
 
 log "starting kubelet $("$KUBELET" --version) in the harness"
-hx systemd-run --unit=kubelet.service -p Restart=always -p RestartSec=2 \
-	"$KUBELET" --config="$HERE/kubelet-config.yaml" --v=2 >/dev/null
+start_kubelet "$KUBELET_CONFIG"
 NODE=$(hx hostname)
 
 # ---------------------------------------------------------------- scenarios --

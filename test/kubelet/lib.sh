@@ -15,6 +15,8 @@ USERNS_DROPIN=podunit.toml.d/70-kubelet-e2e-userns.toml
 # the pods' manifests (node-e2e.sh adapts copies of them)
 : "${TEMPLATES:=$HERE/manifests}"
 ALL_SCENARIOS=(plumbing logs exec liveness readiness crashloop kill killcreate killstart killstop dbus attach teardown)
+# evented runs only when named until a run of it with the PodSandboxStatus
+# fix has passed (docs/kubelet.md): `make kubelet-e2e SCENARIOS='evented teardown'`
 # userns runs only when named: in the harness the kernel refuses crun's proc
 # mount in the pod's user namespace (mount_too_revealing: the harness's /proc
 # has overmounts); on a real node: VM_KUBELET_SCENARIOS='plumbing userns teardown'
@@ -105,6 +107,30 @@ ready_sandbox() { sandboxes "$1" | awk '$2 == "SANDBOX_READY" {print $1; exit}';
 add_pod() { cp "$TEMPLATES/$1.yaml" "$MANIFESTS/$1.yaml"; }
 remove_pod() { rm -f "$MANIFESTS/$1.yaml"; }
 pod_running() { is_running "$1" "$2"; }
+
+# start_kubelet CONFIG: (re)start kubelet.service on the node with the
+# KubeletConfiguration CONFIG (a path as the node sees it)
+start_kubelet() {
+	hx systemctl stop kubelet.service >/dev/null 2>&1 || true
+	hx systemctl reset-failed kubelet.service >/dev/null 2>&1 || true
+	hx systemd-run --unit=kubelet.service -p Restart=always -p RestartSec=2 \
+		"$KUBELET" --config="$1" --v=2 >/dev/null
+}
+
+# kubelet_metric NAME: the sum of the kubelet's Prometheus samples NAME
+# (0 when it has none yet; nothing, and failure, when the endpoint fails)
+kubelet_metric() {
+	local m
+	m=$(curl -fsSk --max-time 5 https://127.0.0.1:11250/metrics) || return 1
+	metric_sum "$1" <<<"$m"
+}
+metric_sum() { awk -v n="$1" '$1 == n || index($1, n "{") == 1 {s += $NF} END {printf "%d\n", s}'; }
+# podunit_metric NAME: the same from podunit's endpoint (PODUNIT_METRICS_ADDR)
+podunit_metric() {
+	local m
+	m=$(curl -fsS --max-time 5 "http://$PODUNIT_METRICS_ADDR/metrics") || return 1
+	metric_sum "$1" <<<"$m"
+}
 
 # podunit_pid: podunit's main PID inside the harness
 podunit_pid() { hx systemctl show -P MainPID podunit.service; }

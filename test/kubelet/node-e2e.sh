@@ -57,7 +57,7 @@ SUBNET=$(jq -r '.plugins[] | select(.type == "bridge") | .ipam.ranges[0][0].subn
 [[ -d /run/log/journal ]] || die "no volatile journal in /run/log/journal"
 systemctl is-active -q podunit.service || die "podunit.service is not running"
 command -v crictl >/dev/null || die "crictl missing"
-for p in 11248 11250 11255; do
+for p in 11248 11250 11255 11256; do
 	! ss -Htln "sport = :$p" | grep -q . || die "port $p is in use"
 done
 
@@ -91,10 +91,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-cat >"$DROPIN" <<'EOF'
+PODUNIT_METRICS_ADDR=127.0.0.1:11256
+cat >"$DROPIN" <<EOF
 # written by node-e2e.sh for the kubelet scenarios; removed at their end
 [server]
 log_level = "debug"
+
+# the evented scenario reads podunit_events_subscribers
+[metrics]
+address = "$PODUNIT_METRICS_ADDR"
 EOF
 log "podunit: debug logging (drop-in $DROPIN), restarting the service"
 restart_podunit
@@ -103,8 +108,11 @@ restart_podunit
 sed '/^# the harness runs on these hosts/d; /^failCgroupV1:/d' "$HERE/kubelet-config.yaml" >"$E2E_OUT/kubelet-config.yaml"
 grep -q failCgroupV1 "$E2E_OUT/kubelet-config.yaml" && die "failCgroupV1 still set"
 log "starting kubelet $("$KUBELET" --version) on the node"
-systemd-run --unit=kubelet.service -p Restart=always -p RestartSec=2 \
-	"$KUBELET" --config="$E2E_OUT/kubelet-config.yaml" --v=2 >/dev/null
+# kubelet configurations the scenarios write (the evented one)
+KCFG=$E2E_OUT
+KCFG_NODE=$E2E_OUT
+KUBELET_CONFIG=$E2E_OUT/kubelet-config.yaml
+start_kubelet "$KUBELET_CONFIG"
 NODE=$(hostname)
 
 source "$HERE/scenarios.sh"

@@ -366,6 +366,121 @@ scenario_dbus() {
 	check dbus-consistent "orphan units or pins after the bus restarts" consistent
 }
 
+# exit_latency POD CONTAINER: SIGKILL the container's process and print how
+# many seconds after its exit (podunit's finishedAt) the kubelet's pod status
+# showed it terminated, then how many after the new attempt's startedAt the
+# status showed that one running: "EXIT START". Fails after 20 s.
+exit_latency() {
+	local id pid i cid newid seen="" started="" fin begun
+	id=$(running_ctr "$1" "$2")
+	[[ -n $id ]] || return 1
+	pid=$(cri inspect "$id" | jq -r '.info.pid // empty')
+	[[ -n $pid ]] || return 1
+	hx kill -9 "$pid"
+	for ((i = 0; i < 400; i++)); do
+		cid=$(kctr "$1" "$2" | jq -r '.lastState.terminated.containerID // .state.terminated.containerID // empty')
+		if [[ $cid == *"$id" ]]; then seen=$(date +%s.%N) && break; fi
+		sleep 0.05
+	done
+	[[ -n $seen ]] || return 1
+	for ((; i < 400; i++)); do
+		newid=$(kctr "$1" "$2" | jq -r 'select(.state.running != null) | .containerID // empty')
+		if [[ -n $newid && $newid != *"$id" ]]; then started=$(date +%s.%N) && break; fi
+		sleep 0.05
+	done
+	[[ -n $started ]] || return 1
+	fin=$(date -d "$(cri inspect "$id" | jq -r .status.finishedAt)" +%s.%N)
+	begun=$(date -d "$(cri inspect "${newid##*/}" | jq -r .status.startedAt)" +%s.%N)
+	awk -v a="$seen" -v b="$fin" -v c="$started" -v d="$begun" 'BEGIN {printf "%.3f %.3f\n", a - b, c - d}'
+}
+
+# pleg_round MODE: kill each of the pleg pod's containers once; sets
+# EXIT_LAT and START_LAT (space-separated seconds) or fails a check
+EXIT_LAT="" START_LAT=""
+pleg_round() {
+	local c l
+	EXIT_LAT="" START_LAT=""
+	for c in a b c; do
+		if ! wait_until 60 "pleg $c running" pod_running pleg "$c" || ! l=$(exit_latency pleg "$c"); then
+			fail "evented-$1-exit-$c" "the kubelet did not show container $c of pod pleg exited and running again within 20s of a SIGKILL"
+			return 1
+		fi
+		EXIT_LAT="$EXIT_LAT${l% *} " START_LAT="$START_LAT${l#* } "
+	done
+	log "$1 PLEG: exit seen after ${EXIT_LAT}s, restart seen after ${START_LAT}s"
+}
+
+# all_below LIMIT NUMBERS...: every number is below LIMIT
+all_below() {
+	local lim=$1
+	shift
+	awk -v l="$lim" 'BEGIN {for (i = 2; i < ARGC; i++) if (ARGV[i] + 0 >= l) exit 1}' "$@"
+}
+
+# evented: the kubelet with featureGates EventedPLEG against podunit. In
+# v1.37 the evented PLEG is a fast path next to the generic one (pkg/kubelet/
+# pleg/evented.go): the generic PLEG still relists every second, and each
+# CONTAINER_STOPPED event (with its PodSandboxStatus) makes it relist that
+# pod at once. After 5 failed or closed streams the kubelet logs "Evented
+# PLEG: disabling container-termination fast path" and relists only. So:
+# the kubelet subscribes (podunit_events_subscribers), takes podunit's
+# events (kubelet_evented_pleg_connection_latency_seconds counts each event
+# with a pod status), never loses the stream, and shows a container's exit
+# and restart promptly; the same kills under generic PLEG first, to compare.
+scenario_evented() {
+	scenario_start
+	ensure_pod pleg
+	check evented-pod-running "pod pleg not running within 120s" \
+		wait_until 120 "pleg running" eval 'pod_running pleg a && pod_running pleg b && pod_running pleg c' || return
+	check evented-generic-no-subscriber "podunit_events_subscribers is not 0 under a kubelet without EventedPLEG" \
+		test "$(podunit_metric podunit_events_subscribers)" = 0
+	pleg_round generic || return
+	local generic_exit=$EXIT_LAT
+	{ cat "$KUBELET_CONFIG" && printf 'featureGates:\n  EventedPLEG: true\n'; } >"$KCFG/kubelet-evented.yaml"
+	log "restarting the kubelet with EventedPLEG"
+	start_kubelet "$KCFG_NODE/kubelet-evented.yaml"
+	evented_checks "$generic_exit" || true
+	log "back to the generic PLEG"
+	start_kubelet "$KUBELET_CONFIG"
+	check evented-unsubscribed "podunit_events_subscribers is not 0 30s after the kubelet went back to generic PLEG" \
+		wait_until 30 "no subscriber" eval '[ "$(podunit_metric podunit_events_subscribers)" = 0 ]'
+	check evented-generic-healthy "the kubelet did not become healthy again within 60s" \
+		wait_until 60 "kubelet healthz" curl -fsS "http://127.0.0.1:11248/healthz"
+}
+
+# evented_checks GENERIC_EXIT_LATENCIES: what the kubelet with EventedPLEG
+# must show (scenario_evented)
+evented_checks() {
+	local ev0 evs err
+	check evented-kubelet-healthy "the kubelet with EventedPLEG did not become healthy within 60s" \
+		wait_until 60 "kubelet healthz" curl -fsS "http://127.0.0.1:11248/healthz" || return
+	check evented-subscribed "podunit_events_subscribers is not 1 30s after the kubelet started" \
+		wait_until 30 "subscriber" eval '[ "$(podunit_metric podunit_events_subscribers)" = 1 ]'
+	check evented-kubelet-connected "kubelet_evented_pleg_connection_success_count stays 0 (or its /metrics fails)" \
+		wait_until 30 "evented connection" eval '[ "$(kubelet_metric kubelet_evented_pleg_connection_success_count)" -ge 1 ]'
+	# the kubelet takes the pod's containers from PodSandboxStatus now: the
+	# running ones must be adopted, not started again
+	check evented-pod-adopted "the pleg pod's containers are not running, or were started again, 30s after the kubelet restart ($(ctrs pleg a | wc -l) CRI containers of a)" \
+		wait_until 30 "pleg adopted" eval 'pod_running pleg a && pod_running pleg b && pod_running pleg c && [ "$(ctrs pleg a | wc -l)" -le 2 ]' || return
+	ev0=$(kubelet_metric kubelet_evented_pleg_connection_latency_seconds_count)
+	pleg_round evented || return
+	# each kill: STOPPED, then CREATED and STARTED of the new attempt
+	evs=$(($(kubelet_metric kubelet_evented_pleg_connection_latency_seconds_count) - ev0))
+	log "the kubelet took $evs container events during the 3 restarts"
+	check evented-events-taken "the kubelet took $evs events with a pod status for 3 restarts (want >= 9)" test "$evs" -ge 9
+	check evented-exit-prompt "exits were seen after ${EXIT_LAT}s (generic: ${1}s), not all within 0.5s" \
+		all_below 0.5 $EXIT_LAT
+	check evented-restart-prompt "restarts were seen after ${START_LAT}s, not all within 2s" all_below 2 $START_LAT
+	check evented-one-attempt-each "more than 3 CRI containers (attempts 0-2) per container of pod pleg: $(ctrs pleg a | wc -l) $(ctrs pleg b | wc -l) $(ctrs pleg c | wc -l)" \
+		eval '[ "$(ctrs pleg a | wc -l)" -le 3 ] && [ "$(ctrs pleg b | wc -l)" -le 3 ] && [ "$(ctrs pleg c | wc -l)" -le 3 ]'
+	err=$(kubelet_metric kubelet_evented_pleg_connection_error_count)
+	check evented-no-stream-errors "kubelet_evented_pleg_connection_error_count is '$err'" test "$err" = 0
+	check evented-no-fallback "the kubelet logged Evented PLEG errors (nil pod status, stream given up)" \
+		eval "! journal kubelet.service --since '@$SCENARIO_SINCE' | grep -E 'Evented PLEG: (disabling|received ContainerEventResponse with nil)' >/dev/null"
+	check evented-still-subscribed "podunit_events_subscribers is not 1 after the kills" \
+		test "$(podunit_metric podunit_events_subscribers)" = 1
+}
+
 # default_handler_userns: what RuntimeStatus says of user namespaces for the
 # handler of pods without a RuntimeClass (the kubelet's own check)
 default_handler_userns() {

@@ -70,6 +70,7 @@ func (r *run) render(b *strings.Builder, command string) {
 	r.renderCritest(w)
 	r.renderDensity(w)
 	r.renderScale(w)
+	r.renderPleg(w)
 	r.renderLogs(w)
 	r.renderPull(w)
 	r.renderDaemon(w)
