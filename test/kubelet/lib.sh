@@ -97,6 +97,15 @@ ctrs() {
 		| select(.labels["io.kubernetes.pod.name"] == $p and .metadata.name == $c)
 		| "\(.id) \(.metadata.attempt // 0) \(.state)"' | sort -k2,2nr
 }
+# exited_codes POD CTR: the distinct exit codes of the exited attempts as
+# ContainerStatus gives them, comma-separated; "gone" for an attempt removed
+# between the listing and its status
+exited_codes() {
+	local id
+	for id in $(ctrs "$1" "$2" | awk '$3 == "CONTAINER_EXITED" {print $1}'); do
+		cri inspect "$id" | jq -r .status.exitCode | grep . || echo gone
+	done | sort -u | paste -sd,
+}
 running_ctr() { ctrs "$1" "$2" | awk '$3 == "CONTAINER_RUNNING" {print $1; exit}'; }
 # sandboxes POD: "id state" of the pod's sandboxes
 sandboxes() {
