@@ -4,7 +4,8 @@
 # store, the Debian package and the fault tests pull from it.
 #
 # Usage: integration.sh PKG...   (PODUNIT_BINARY must name the built daemon)
-# A registry this script starts is stopped again at the end.
+# The registry is stopped again at the end when this run was its last user
+# and a run started it (registry_hold in critest/lib.sh).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/critest/lib.sh"
 require_root
@@ -12,10 +13,8 @@ require_root
 : "${PODUNIT_BINARY:?set PODUNIT_BINARY to the podunit binary}"
 : "${TAGS:?set TAGS to the build tags}"
 
-registry_was_up=0
-registry_up && registry_was_up=1
-stop_registry() { ((registry_was_up)) || bash "$KIT_DIR/registry.sh" stop; }
-trap stop_registry EXIT
+registry_hold
+trap registry_release EXIT
 ensure_test_registry /var/tmp/podunit-integration-images.log
 
 echo "PODUNIT_BINARY=$PODUNIT_BINARY go test -tags=$TAGS,integration -count=1 -p 1 -timeout 30m $*"

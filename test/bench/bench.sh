@@ -103,8 +103,7 @@ if want pleg; then
 	done
 fi
 
-registry_was_up=0
-registry_up && registry_was_up=1
+registry_hold
 BASE="" D=""
 cleanup() {
 	local rc=$?
@@ -136,7 +135,7 @@ cleanup() {
 			rm -rf "$BASE"
 		fi
 	fi
-	((registry_was_up)) || bash "$REPO/test/critest/registry.sh" stop || true
+	registry_release || true
 	exit "$rc"
 }
 trap cleanup EXIT

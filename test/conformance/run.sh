@@ -139,8 +139,7 @@ log "runtime: $RUNTIME (${RT_VERSION%%$'\n'*})"
 rm -rf "$OUT"
 mkdir -p "$OUT/artifacts"
 
-registry_was_up=0
-registry_up && registry_was_up=1
+registry_hold
 ensure_test_registry "$OUT/images.log"
 if ! curl -fsS -o /dev/null -H 'Accept: application/vnd.oci.image.index.v1+json' \
 	"http://$PODUNIT_TEST_REGISTRY/v2/e2e-test-images/agnhost/manifests/$(cat "$BIN/agnhost.version")"; then
@@ -202,7 +201,7 @@ cleanup() {
 		bash "$HARNESS" stop "$D" || left=1
 	fi
 	net_cleanup || left=1
-	((registry_was_up)) || bash "$REPO/test/critest/registry.sh" stop || left=1
+	registry_release || left=1
 	if ((left)) || grep -qF " $BASE/" /proc/self/mountinfo; then
 		log "ERROR: teardown incomplete: mounts, cgroups or chains left under $BASE"
 		rc=1

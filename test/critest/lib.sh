@@ -60,9 +60,22 @@ registry_up() {
 	curl -fsS -o /dev/null --max-time 3 "http://${PODUNIT_TEST_REGISTRY}/v2/" 2>/dev/null
 }
 
+# registry_hold: take this run's lease on the test registry (registry.sh);
+# registry_release at the run's end stops the registry when this was the last
+# run holding it and a run started it. The lease is the PID of the shell that
+# sourced this file, so a run killed outright leaves no live lease.
+registry_hold() {
+	export PODUNIT_REGISTRY_LEASE=$$
+	bash "$KIT_DIR/registry.sh" hold "$PODUNIT_REGISTRY_LEASE"
+}
+registry_release() {
+	[[ -n ${PODUNIT_REGISTRY_LEASE:-} ]] || return 0
+	bash "$KIT_DIR/registry.sh" release "$PODUNIT_REGISTRY_LEASE"
+}
+
 # ensure_test_registry LOGFILE: have the registry up with the critest images in
 # it, building and pushing them (images.sh) when they are missing. The caller
-# stops the registry again when registry_up was false before (see run.sh).
+# holds a lease (registry_hold) and releases it at its end.
 ensure_test_registry() {
 	local logfile=$1
 	if ! registry_up || ! curl -fsS -o /dev/null "http://$PODUNIT_TEST_REGISTRY/v2/e2e-test-images/nginx/manifests/1.14-2" \

@@ -93,7 +93,7 @@ cleanup() {
 		return
 	fi
 	if [[ -z $BASE ]]; then   # died before the harness was set up
-		((registry_was_up)) || bash "$KIT_DIR/registry.sh" stop
+		registry_release
 		exit "$rc"
 	fi
 	if [[ -e $D ]]; then
@@ -101,7 +101,7 @@ cleanup() {
 		bash "$HARNESS" stop "$D" || left=1
 	fi
 	net_cleanup
-	((registry_was_up)) || bash "$KIT_DIR/registry.sh" stop || left=1
+	registry_release || left=1
 	if ((left)) || grep -qF " $BASE/" /proc/self/mountinfo; then
 		log "ERROR: teardown incomplete: the harness left mounts or cgroups behind under $BASE, or the registry did not stop"
 		rc=1
@@ -123,10 +123,9 @@ net_cleanup() {
 }
 
 
-# a registry this run starts is stopped again at the end (nothing of the run
-# may outlive it); one that was already up is left alone
-registry_was_up=0
-registry_up && registry_was_up=1
+# the registry is stopped again at the end when this run was its last user
+# and a run started it (registry_hold; a registry started by hand stays up)
+registry_hold
 trap cleanup EXIT INT TERM
 if [[ $SKIP_IMAGES != 1 ]]; then
 	bash "$KIT_DIR/images.sh" >"$CRITEST_OUT.images.log" 2>&1 ||

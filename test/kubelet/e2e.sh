@@ -78,8 +78,7 @@ KCFG_NODE=/etc/kubelet-e2e
 KUBELET_CONFIG=$HERE/kubelet-config.yaml
 mkdir -p "$BASE/lib" "$PODLOGS" "$BASE/etc" "$BASE/kubelet" "$MANIFESTS" "$KCFG"
 cat /proc/sys/net/ipv4/ip_forward >"$BASE/ip_forward.orig"
-registry_was_up=0
-registry_up && registry_was_up=1
+registry_hold
 
 cleanup_done=0
 cleanup() {
@@ -99,7 +98,7 @@ cleanup() {
 		bash "$HARNESS" stop "$D" || left=1
 	fi
 	bash "$HERE/net-cleanup.sh" "$BASE" || left=1
-	((registry_was_up)) || bash "$REPO/test/critest/registry.sh" stop || left=1
+	registry_release || left=1
 	if ((left)) || grep -qF " $BASE/" /proc/self/mountinfo; then
 		log "ERROR: teardown incomplete: mounts or cgroups left under $BASE"
 		rc=1

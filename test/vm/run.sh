@@ -68,8 +68,7 @@ fi
 [[ -f $DEB ]] || { echo "FAIL: no .deb ($DEB)" >&2; exit 1; }
 
 # the guest pulls from the host's registry through the ssh tunnel
-registry_was_up=0
-registry_up && registry_was_up=1
+registry_hold
 ensure_test_registry "$OUT/images.log"
 
 RUNBASE=$(mktemp -d /tmp/puvm-XXXXXX) # short: the bus socket path must stay < 108 bytes
@@ -81,7 +80,7 @@ cleanup() {
 	fi
 	bash "$HERE/vm.sh" stop "$RUN" || true
 	rm -rf "$RUNBASE"
-	((registry_was_up)) || bash "$KIT_DIR/registry.sh" stop >/dev/null 2>&1 || true
+	registry_release >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 env=$(bash "$HERE/vm.sh" start "$IMG" "$RUN") || skip "the VM did not boot (see above)"
