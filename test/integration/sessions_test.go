@@ -38,7 +38,7 @@ func (l *lineLog) follow(r io.Reader) {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		l.mu.Lock()
-		l.lines = append(l.lines, sc.Text())
+		l.lines = append(l.lines, strings.TrimSuffix(sc.Text(), "\r")) // a terminal's line ends
 		l.mu.Unlock()
 	}
 }
@@ -70,14 +70,15 @@ func (l *lineLog) waitFor(t *testing.T, n int, timeout time.Duration, what strin
 
 // TestSessionsOutlivePodunitRestart: an exec streamed through the URL podunit
 // hands out keeps running and printing, and its exit code arrives, while
-// podunit is restarted by `systemctl restart` from the shipped unit
-// (KillMode=mixed kills podunit.service's cgroup): the session and the
-// runtime's exec process live in podunit-stream.service. So do an attach
-// (its lines go on, consecutive, and it ends when its container stops) and
-// a port-forwarded connection (every line of the pod's server arrives
-// across the restart). Afterwards the
-// restarted podunit registers new sessions with the same session process,
-// and bad requests get podunit's codes.
+// podunit is restarted twice from the shipped unit (KillMode=mixed kills
+// podunit.service's cgroup): by `systemctl restart`, then as an upgrade
+// does (a new binary at a new path, daemon-reload, restart). The session and
+// the runtime's exec process live in podunit-stream.service. So do an
+// attach to a tty container (its lines go on, consecutive, and it ends when
+// its container stops) and a port-forwarded connection (every line of the
+// pod's server arrives across both restarts). Afterwards the restarted
+// podunit registers new sessions with the same session process, and bad
+// requests get podunit's codes.
 func TestSessionsOutlivePodunitRestart(t *testing.T) {
 	h := harness.Start(t, harness.Options{HostNet: true}) // the streaming URL is on the harness' loopback
 	bin := harness.Binary(t)
@@ -97,14 +98,14 @@ func TestSessionsOutlivePodunitRestart(t *testing.T) {
 	if err != nil {
 		t.Fatalf("RunPodSandbox: %v", err)
 	}
-	start := func(name string, stdin bool, cmd ...string) string {
+	start := func(name string, tty bool, cmd ...string) string {
 		t.Helper()
 		ctr, err := rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
 			PodSandboxId: pod.PodSandboxId,
 			Config: &runtimeapi.ContainerConfig{
 				Metadata: &runtimeapi.ContainerMetadata{Name: name},
 				Image:    &runtimeapi.ImageSpec{Image: pulled.ImageRef},
-				Command:  cmd, Stdin: stdin,
+				Command:  cmd, Stdin: tty, Tty: tty,
 				Linux: &runtimeapi.LinuxContainerConfig{},
 			},
 			SandboxConfig: podCfg,
@@ -122,14 +123,14 @@ func TestSessionsOutlivePodunitRestart(t *testing.T) {
 		_, _ = rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod.PodSandboxId})
 		_, _ = rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod.PodSandboxId})
 	})
-	const total, pfTotal = 60, 100
+	const total, pfTotal = 150, 200
 	id := start("idle", false, "sleep", "3600")
 	ticker := start("ticker", true, "sh", "-c", "i=0; while :; do echo tick $i; i=$((i+1)); sleep 0.2; done")
 	// One connection at a time on 8080, each answered with pfTotal lines.
 	start("server", false, "sh", "-c", fmt.Sprintf(`printf '#!/bin/sh\ni=0; while [ $i -lt %d ]; do echo pf $i; i=$((i+1)); sleep 0.2; done\n' >/tmp/lines && chmod +x /tmp/lines && exec nc -ll -p 8080 -e /tmp/lines`, pfTotal))
 
-	// Attach to the ticker (its output from the relay's taps).
-	aresp, err := rt.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: ticker, Stdout: true, Stderr: true})
+	// Attach to the ticker's terminal (its output from the relay's taps).
+	aresp, err := rt.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: ticker, Stdout: true, Tty: true})
 	if err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
@@ -143,7 +144,7 @@ func TestSessionsOutlivePodunitRestart(t *testing.T) {
 	go ticks.follow(apr)
 	attached := make(chan error, 1)
 	go func() {
-		err := ae.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: apw, Stderr: io.Discard})
+		err := ae.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: apw, Tty: true})
 		apw.Close()
 		attached <- err
 	}()
@@ -242,23 +243,42 @@ func TestSessionsOutlivePodunitRestart(t *testing.T) {
 		t.Errorf("a runtime exec process in podunit.service (%v):\n%s", err, cg)
 	}
 
-	oldPID := restartPodunitPID(t, h)
-	h.MustExec("systemctl", "restart", "podunit.service")
-	if pid := restartPodunitPID(t, h); pid == oldPID || h.UnitActiveState("podunit.service") != "active" {
-		t.Fatalf("podunit.service not restarted (main PID %d, was %d)", pid, oldPID)
+	upgraded := filepath.Join(harness.StateDirInside, "upgrade", "podunit")
+	for _, restart := range []struct {
+		name string
+		do   func()
+	}{
+		{"systemctl restart", func() { h.MustExec("systemctl", "restart", "podunit.service") }},
+		{"upgrade", func() {
+			if err := restartCopyFile(bin, filepath.Join(h.StateDir, "upgrade", "podunit")); err != nil {
+				t.Fatal(err)
+			}
+			restartWriteExecStart(t, h, upgraded)
+			h.MustExec("systemctl", "daemon-reload")
+			h.MustExec("systemctl", "restart", "podunit.service")
+		}},
+	} {
+		oldPID := restartPodunitPID(t, h)
+		restart.do()
+		if pid := restartPodunitPID(t, h); pid == oldPID || h.UnitActiveState("podunit.service") != "active" {
+			t.Fatalf("%s: podunit.service not restarted (main PID %d, was %d)", restart.name, pid, oldPID)
+		}
+		atRestart, pfAtRestart, ticksAtRestart := out.n(), forwarded.n(), ticks.n()
+		t.Logf("lines when the %s was done: exec %d, port-forward %d, attach %d", restart.name, atRestart, pfAtRestart, ticksAtRestart)
+		if atRestart >= total-10 || pfAtRestart >= pfTotal-10 {
+			t.Fatalf("%s took too long to prove anything: exec %d of %d lines, port-forward %d of %d already", restart.name, atRestart, total, pfAtRestart, pfTotal)
+		}
+		out.waitFor(t, atRestart+5, 10*time.Second, "exec after the "+restart.name)
+		ticks.waitFor(t, ticksAtRestart+5, 10*time.Second, "attach after the "+restart.name)
+		forwarded.waitFor(t, pfAtRestart+5, 10*time.Second, "port-forward after the "+restart.name)
 	}
-	atRestart, pfAtRestart, ticksAtRestart := out.n(), forwarded.n(), ticks.n()
-	t.Logf("lines before podunit was restarted: exec %d, port-forward %d, attach %d", atRestart, pfAtRestart, ticksAtRestart)
-	if atRestart >= total-10 || pfAtRestart >= pfTotal-10 {
-		t.Fatalf("the restart took too long to prove anything: exec %d of %d lines, port-forward %d of %d already", atRestart, total, pfAtRestart, pfTotal)
+	if pid := restartPodunitPID(t, h); strings.TrimSpace(h.MustExec("readlink", fmt.Sprintf("/proc/%d/exe", pid))) != upgraded {
+		t.Fatalf("podunit does not run %s after the upgrade", upgraded)
 	}
-	out.waitFor(t, atRestart+5, 10*time.Second, "exec after the restart")
-	ticks.waitFor(t, ticksAtRestart+5, 10*time.Second, "attach after the restart")
-	forwarded.waitFor(t, pfAtRestart+5, 10*time.Second, "port-forward after the restart")
 
 	select {
 	case err = <-done:
-	case <-time.After(60 * time.Second):
+	case <-time.After(90 * time.Second):
 		t.Fatalf("the exec did not end; %d lines", out.n())
 	}
 	<-followed
@@ -281,7 +301,7 @@ func TestSessionsOutlivePodunitRestart(t *testing.T) {
 	// The forwarded connection got every line and ended with the server's.
 	select {
 	case <-pfDone:
-	case <-time.After(60 * time.Second):
+	case <-time.After(90 * time.Second):
 		t.Fatalf("the forwarded connection did not end; %d lines", forwarded.n())
 	}
 	forwarded.mu.Lock()
