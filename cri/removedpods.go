@@ -4,6 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/podunit/podunit/events"
+
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -26,10 +28,10 @@ type removedPod struct {
 }
 
 // A removed pod's status is kept as long as the hub replays events to a
-// late first subscriber (events.HubOptions: 10 min, 4096 events).
+// late first subscriber.
 const (
-	removedPodsTTL = 10 * time.Minute
-	removedPodsMax = 4096
+	removedPodsTTL = events.DefaultBacklogTTL
+	removedPodsMax = events.DefaultBacklog
 )
 
 // add records the status of pod id, about to be removed, as NOTREADY.

@@ -47,6 +47,13 @@ var (
 	})
 )
 
+// The hub's backlog defaults. cri keeps removed pods' statuses as long,
+// so that a replayed event still finds its pod's.
+const (
+	DefaultBacklog    = 4096
+	DefaultBacklogTTL = 10 * time.Minute
+)
+
 // HubOptions size the hub's queues.
 type HubOptions struct {
 	// Buffer is each subscriber's queue length. Default 1024.
@@ -77,10 +84,10 @@ func NewHub(opts HubOptions) *Hub {
 		opts.Buffer = 1024
 	}
 	if opts.Backlog <= 0 {
-		opts.Backlog = 4096
+		opts.Backlog = DefaultBacklog
 	}
 	if opts.BacklogTTL <= 0 {
-		opts.BacklogTTL = 10 * time.Minute
+		opts.BacklogTTL = DefaultBacklogTTL
 	}
 	return &Hub{opts: opts, subs: map[*Subscription]struct{}{}}
 }

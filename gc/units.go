@@ -36,7 +36,7 @@ func (u Units) Collect(ctx context.Context, dryRun bool) ([]string, error) {
 			continue
 		}
 		cg := ""
-		if u.Leftover != nil {
+		if u.Leftover != nil && !dryRun {
 			p, err := u.Conn.UnitProperties(ctx, st.Name, "Service", "Slice")
 			if s, _ := p["Slice"].(string); err == nil && s != "" {
 				cg = systemd.UnitCgroupPath(s, st.Name)
