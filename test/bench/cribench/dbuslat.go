@@ -1,15 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // dbusHistogram is podunit's podunit_dbus_call_duration_seconds histogram
@@ -17,7 +17,7 @@ import (
 // exports it; for containerd the scale figure has no such row.
 type dbusHistogram map[string]map[float64]float64
 
-const dbusMetric = "podunit_dbus_call_duration_seconds_bucket"
+const dbusMetric = "podunit_dbus_call_duration_seconds"
 
 // scrapeDBus reads the histogram from podunit's metrics endpoint.
 func scrapeDBus(url string) (dbusHistogram, error) {
@@ -33,46 +33,29 @@ func scrapeDBus(url string) (dbusHistogram, error) {
 	return parseDBusHistogram(resp.Body)
 }
 
-// parseDBusHistogram parses the Prometheus text format's bucket lines,
-// e.g. podunit_dbus_call_duration_seconds_bucket{op="start",le="0.001"} 12.
+// parseDBusHistogram reads the histogram's buckets from the Prometheus
+// text format (expfmt's parser), by its "op" label.
 func parseDBusHistogram(r io.Reader) (dbusHistogram, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
 	h := dbusHistogram{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), dbusMetric+"{")
-		if !ok {
-			continue
-		}
-		labels, value, ok := strings.Cut(line, "} ")
-		if !ok {
-			return nil, fmt.Errorf("metrics line %q", sc.Text())
-		}
-		var op, le string
-		for _, kv := range strings.Split(labels, ",") {
-			k, v, _ := strings.Cut(kv, "=")
-			v = strings.Trim(v, `"`)
-			switch k {
-			case "op":
-				op = v
-			case "le":
-				le = v
+	for _, m := range fams[dbusMetric].GetMetric() {
+		op := ""
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "op" {
+				op = l.GetValue()
 			}
 		}
-		bound, err := strconv.ParseFloat(le, 64) // "+Inf" parses as +Inf
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %q: %w", sc.Text(), err)
+		b := map[float64]float64{} // le="+Inf" is a bucket of its own here
+		for _, bk := range m.GetHistogram().GetBucket() {
+			b[bk.GetUpperBound()] = float64(bk.GetCumulativeCount())
 		}
-		n, err := strconv.ParseFloat(strings.Fields(value)[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("metrics line %q: %w", sc.Text(), err)
-		}
-		if h[op] == nil {
-			h[op] = map[float64]float64{}
-		}
-		h[op][bound] = n
+		h[op] = b
 	}
-	return h, sc.Err()
+	return h, nil
 }
 
 // DBusLatency is the D-Bus calls podunit made to systemd in a span: per

@@ -15,6 +15,7 @@ func TestDBusLatencies(t *testing.T) {
 		return h
 	}
 	before := parse(`# HELP podunit_dbus_call_duration_seconds Latency
+# TYPE podunit_dbus_call_duration_seconds histogram
 podunit_dbus_call_duration_seconds_bucket{op="start",le="0.001"} 1
 podunit_dbus_call_duration_seconds_bucket{op="start",le="0.002"} 1
 podunit_dbus_call_duration_seconds_bucket{op="start",le="+Inf"} 1
@@ -22,7 +23,8 @@ podunit_dbus_call_duration_seconds_sum{op="start"} 0.0005
 `)
 	// 100 more starts: 98 under 1 ms, 1 under 2 ms, 1 past the last bound;
 	// 10 stops, all under 2 ms.
-	after := parse(`podunit_dbus_call_duration_seconds_bucket{op="start",le="0.001"} 99
+	after := parse(`# TYPE podunit_dbus_call_duration_seconds histogram
+podunit_dbus_call_duration_seconds_bucket{op="start",le="0.001"} 99
 podunit_dbus_call_duration_seconds_bucket{op="start",le="0.002"} 100
 podunit_dbus_call_duration_seconds_bucket{op="start",le="+Inf"} 101
 podunit_dbus_call_duration_seconds_bucket{op="stop",le="0.001"} 0
@@ -43,13 +45,15 @@ podunit_dbus_call_duration_seconds_bucket{op="stop",le="+Inf"} 10
 		t.Errorf("all %+v", a)
 	}
 	// past the last finite bound
-	slow := parse(`podunit_dbus_call_duration_seconds_bucket{op="x",le="0.001"} 0
+	slow := parse(`# TYPE podunit_dbus_call_duration_seconds histogram
+podunit_dbus_call_duration_seconds_bucket{op="x",le="0.001"} 0
 podunit_dbus_call_duration_seconds_bucket{op="x",le="+Inf"} 5
 `)
 	if l := dbusLatencies(dbusHistogram{}, slow)[0]; !math.IsInf(l.P99, 1) {
 		t.Errorf("p99 past the last bound = %v", l.P99)
 	}
-	if _, err := parseDBusHistogram(strings.NewReader(`podunit_dbus_call_duration_seconds_bucket{op="x",le="abc"} 1`)); err == nil {
+	if _, err := parseDBusHistogram(strings.NewReader(`# TYPE podunit_dbus_call_duration_seconds histogram
+podunit_dbus_call_duration_seconds_bucket{op="x",le="abc"} 1`)); err == nil {
 		t.Error("a bad bound was accepted")
 	}
 }
