@@ -184,11 +184,8 @@ func TestTransientStoreReboot(t *testing.T) {
 		t.Fatal(err)
 	}
 	layerDir := filepath.Join(env.opts.Root, s.Driver(), c.LayerID)
-	dataDir := filepath.Join(env.opts.Root, s.Driver()+"-containers", cid)
-	for _, d := range []string{layerDir, dataDir} {
-		if _, err := os.Stat(d); err != nil {
-			t.Fatalf("before the reboot: %v", err)
-		}
+	if _, err := os.Stat(layerDir); err != nil {
+		t.Fatalf("before the reboot: %v", err)
 	}
 
 	// The reboot: nothing mounted, /run empty.
@@ -209,10 +206,8 @@ func TestTransientStoreReboot(t *testing.T) {
 	if !slices.Equal(r.DryOrphans, []string{c.LayerID}) || !slices.Equal(r.Orphans, r.DryOrphans) {
 		t.Errorf("orphaned layers %q (dry run %q); want the container's %s", r.Orphans, r.DryOrphans, c.LayerID)
 	}
-	for _, d := range []string{layerDir, dataDir} {
-		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("left after the reboot: %s (%v)", d, err)
-		}
+	if _, err := os.Stat(layerDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("left after the reboot: %s (%v)", layerDir, err)
 	}
 	if len(r.Rootfs) != 0 {
 		t.Errorf("container filesystems listed after the reboot: %q", r.Rootfs)
@@ -268,6 +263,7 @@ func TestTransientSwitchedOff(t *testing.T) {
 	if err := os.RemoveAll(env.opts.RunRoot); err != nil {
 		t.Fatal(err)
 	}
+	before := durableFiles(t, env.opts.Root)
 	r = runReopenHelper(t, reopenSpec{Root: env.opts.Root, Run: env.opts.RunRoot, Transient: false, Image: imageID})
 	if r.Transient || len(r.Rootfs) != 0 || !slices.Equal(r.Orphans, []string{c.LayerID}) {
 		t.Fatalf("after the reboot: transient %v, listed %q, orphans %q; want durable, nothing listed, the container's layer %s collected",
@@ -276,13 +272,9 @@ func TestTransientSwitchedOff(t *testing.T) {
 	if r.NewRootfs != "" || r.ImageErr != "" {
 		t.Fatalf("image %s; a new container: %s", r.ImageErr, r.NewRootfs)
 	}
-	// Durable now: a container's records are under Root.
-	before := durableFiles(t, env.opts.Root)
-	env.open(t)
-	if err := env.store.CreateContainerRootfs(ctx, cid, imageID, "", nil); err != nil {
-		t.Fatal(err)
-	}
-	if after := durableFiles(t, env.opts.Root); maps.Equal(after, before) {
-		t.Error("a durable store's container left storage's metadata under Root as it was")
+	// Durable now: the new container's records went under Root.
+	f := filepath.Join(env.opts.Root, "overlay-containers", "containers.json")
+	if after := durableFiles(t, env.opts.Root); after[f] == "" || after[f] == before[f] {
+		t.Errorf("a durable store's container did not rewrite %s (before %q, after %q)", f, before[f], after[f])
 	}
 }
