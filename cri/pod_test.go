@@ -203,3 +203,44 @@ func TestPodSandboxStatusCarriesContainerStatuses(t *testing.T) {
 		}
 	}
 }
+
+// TestPodSandboxStatusNewestContainerFirst: a kubelet with EventedPLEG reads
+// a container's restart count from the first status of its name in
+// PodSandboxStatus and does not sort them; an older attempt first made it
+// create an attempt that already existed.
+func TestPodSandboxStatusNewestContainerFirst(t *testing.T) {
+	s := podServer(t)
+	ctx := context.Background()
+	run, err := s.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: testPod("attempts", nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for attempt := uint32(0); attempt < 6; attempt++ {
+		for _, name := range []string{"a", "b"} {
+			if _, err := s.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: run.PodSandboxId, Config: &runtimeapi.ContainerConfig{
+				Metadata: &runtimeapi.ContainerMetadata{Name: name, Attempt: attempt}, Image: &runtimeapi.ImageSpec{Image: "busybox"}, Command: []string{"sh"},
+			}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for range 5 { // the containers' order inside podunit is a map's
+		st, err := s.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: run.PodSandboxId})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.ContainersStatuses) != 12 {
+			t.Fatalf("%d container statuses, want 12", len(st.ContainersStatuses))
+		}
+		for i, cs := range st.ContainersStatuses[1:] {
+			prev := st.ContainersStatuses[i]
+			if cs.CreatedAt > prev.CreatedAt || cs.CreatedAt == prev.CreatedAt && cs.Metadata.Attempt > prev.Metadata.Attempt {
+				t.Fatalf("status %d (%s attempt %d, created %d) after an older one (%s attempt %d, created %d)",
+					i+1, cs.Metadata.Name, cs.Metadata.Attempt, cs.CreatedAt, prev.Metadata.Name, prev.Metadata.Attempt, prev.CreatedAt)
+			}
+		}
+		if first := st.ContainersStatuses[0].Metadata; first.Attempt != 5 {
+			t.Fatalf("first status is %s attempt %d, want attempt 5", first.Name, first.Attempt)
+		}
+	}
+}

@@ -1,9 +1,12 @@
 package cri
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/podunit/podunit/errdefs"
@@ -199,6 +202,12 @@ func (s *Server) eventResponse(ctx context.Context, ev events.Event) *runtimeapi
 
 // podContainerStatuses are the statuses of the pod's containers; one
 // removed since the listing is left out.
+//
+// Newest first: a kubelet with EventedPLEG takes these as the pod's
+// containers without sorting them (v1.37 GetPodStatus; its ListContainers
+// path sorts by creation), and the first status of a name is the one it
+// counts restarts from. In any other order it recreated an attempt that
+// already existed ("container name …/b/1 is reserved") and backed off.
 func (s *Server) podContainerStatuses(ctx context.Context, podID string) []*runtimeapi.ContainerStatus {
 	var out []*runtimeapi.ContainerStatus
 	for _, id := range s.ctrs.PodContainers(podID) {
@@ -211,5 +220,14 @@ func (s *Server) podContainerStatuses(ctx context.Context, podID string) []*runt
 		}
 		out = append(out, st)
 	}
+	slices.SortFunc(out, func(a, b *runtimeapi.ContainerStatus) int {
+		if c := cmp.Compare(b.CreatedAt, a.CreatedAt); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b.GetMetadata().GetAttempt(), a.GetMetadata().GetAttempt()); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Id, b.Id)
+	})
 	return out
 }

@@ -14,7 +14,7 @@ USERNS_DROPIN=podunit.toml.d/70-kubelet-e2e-userns.toml
 
 # the pods' manifests (node-e2e.sh adapts copies of them)
 : "${TEMPLATES:=$HERE/manifests}"
-ALL_SCENARIOS=(plumbing logs exec liveness readiness crashloop kill killcreate killstart killstop dbus attach teardown)
+ALL_SCENARIOS=(plumbing logs exec liveness readiness crashloop kill killcreate killstart killstop dbus attach evented teardown)
 # evented runs only when named until a run of it with the PodSandboxStatus
 # fix has passed (docs/kubelet.md): `make kubelet-e2e SCENARIOS='evented teardown'`
 # userns runs only when named: in the harness the kernel refuses crun's proc
