@@ -58,6 +58,7 @@ type Image struct {
 	StorageRoot         string   `toml:"storage_root" doc:"Image and layer store (go.podman.io/storage graph root)."`
 	StorageRunRoot      string   `toml:"storage_run_root" doc:"Volatile store state (mounts, locks)."`
 	StorageDriver       string   `toml:"storage_driver" doc:"overlay or vfs; empty picks overlay, falling back to vfs."`
+	StorageTransient    bool     `toml:"storage_transient" doc:"Containers' writable layers last one boot: their records in storage_run_root, unsynced, collected after a reboot; images stay durable. Tools sharing storage_root need the same run root and setting."`
 	RegistriesConf      string   `reload:"live" toml:"registries_conf" doc:"containers-registries.conf(5): mirrors, insecure, blocked registries."`
 	PolicyPath          string   `reload:"live" toml:"policy_path" doc:"containers-policy.json(5): signature policy."`
 	AuthFile            string   `reload:"live" toml:"auth_file" doc:"containers-auth.json(5) with registry credentials; empty uses none."`
@@ -152,6 +153,7 @@ func Default() Config {
 		Image: Image{
 			StorageRoot:         "/var/lib/podunit/storage",
 			StorageRunRoot:      "/run/podunit/storage",
+			StorageTransient:    true,
 			RegistriesConf:      "/etc/containers/registries.conf",
 			PolicyPath:          "/etc/containers/policy.json",
 			PullProgressTimeout: Duration(5 * time.Minute),

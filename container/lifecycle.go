@@ -140,6 +140,12 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	// The rootfs stays mounted from create, but a reboot or an unmount by
 	// hand would leave runc an empty directory.
 	if _, err := m.imgs.MountRootfs(ctx, id); err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			// The container is listed, so NotFound would be wrong: in the
+			// transient store (image.storage_transient) its writable layer
+			// did not outlive a reboot, and it can only be created anew.
+			return fmt.Errorf("start container %s: its root filesystem is gone (a reboot clears the writable layers of the transient store; create the container again): %w (%v)", id, errdefs.ErrPrecondition, err)
+		}
 		return fmt.Errorf("start container %s: rootfs: %w", id, err)
 	}
 	r := c.rec.clone()

@@ -293,6 +293,39 @@ func TestStartJobFailedButContainerRan(t *testing.T) {
 	}
 }
 
+// A container created before a reboot lost its writable layer with the
+// transient store (image.storage_transient): it stays listed, a start
+// answers FailedPrecondition (not NotFound: it exists) and changes
+// nothing, and it is removed cleanly.
+func TestStartAfterRebootClearedRootfs(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("pod1", "app")
+	// The reboot: /run emptied, storage's transient records gone.
+	e.imgs.mu.Lock()
+	delete(e.imgs.rootfs, id)
+	delete(e.imgs.created, id)
+	_ = os.RemoveAll(filepath.Join(e.imgs.dir, id))
+	e.imgs.mu.Unlock()
+	if err := os.RemoveAll(e.opts.RunDir); err != nil {
+		t.Fatal(err)
+	}
+	e.m = e.newManager()
+	err := e.m.Start(ctx, id)
+	if !errors.Is(err, errdefs.ErrPrecondition) || errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "root filesystem is gone") {
+		t.Fatalf("start after the rootfs was cleared: %v; want FailedPrecondition", err)
+	}
+	if st := e.status(id); st.State != runtimeapi.ContainerState_CONTAINER_CREATED {
+		t.Errorf("state after the refused start: %v", st.State)
+	}
+	if len(e.sd.Units) != 0 {
+		t.Errorf("units started: %v", e.sd.Units)
+	}
+	if err := e.m.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	e.assertClean()
+}
+
 func TestExitReasons(t *testing.T) {
 	e := newEnv(t)
 	cases := []struct {

@@ -35,6 +35,13 @@ func TestMain(m *testing.M) {
 	if Reexec() {
 		return
 	}
+	if spec := os.Getenv(reopenHelperEnv); spec != "" {
+		if err := reopenHelper(spec); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if spec := os.Getenv(mountHelperEnv); spec != "" {
 		if err := mountHelper(spec); err != nil {
 			fmt.Fprintln(os.Stderr, err)

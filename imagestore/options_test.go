@@ -13,7 +13,7 @@ import (
 func testOptions(root, run string) Options {
 	d := config.Default().Image
 	return Options{
-		Root: root, RunRoot: run,
+		Root: root, RunRoot: run, Transient: d.StorageTransient,
 		RegistriesConf: d.RegistriesConf, PolicyPath: d.PolicyPath,
 		PullProgressTimeout: d.PullProgressTimeout.D(), MaxParallelPulls: d.MaxParallelPulls,
 	}

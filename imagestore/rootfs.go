@@ -68,12 +68,20 @@ func (s *Store) CreateContainerRootfs(ctx context.Context, containerID, imageRef
 	if containerID == "" {
 		return fmt.Errorf("%w: empty container ID", errdefs.ErrInvalid)
 	}
-	img, err := s.lookup(imageRef)
-	if err != nil {
-		return err
+	// An image ID (what the container manager passes, from Resolve) goes
+	// to storage as is: its CreateContainer finds the image itself, and a
+	// lookup first would be one more call per create queuing on the
+	// store's locks (issue 20). An unknown ID is NotFound all the same.
+	imageID := trimDigestAlgo(imageRef)
+	if !imageIDPattern.MatchString(imageID) {
+		img, err := s.lookup(imageRef)
+		if err != nil {
+			return err
+		}
+		imageID = img.ID
 	}
-	return s.createLayer(ctx, containerID, img.ID, ownerMeta{
-		Podunit: true, Kind: kindRootfs, Owner: containerID, Name: name, Image: img.ID,
+	return s.createLayer(ctx, containerID, imageID, ownerMeta{
+		Podunit: true, Kind: kindRootfs, Owner: containerID, Name: name, Image: imageID,
 	}, idmap)
 }
 

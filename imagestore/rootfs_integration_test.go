@@ -11,12 +11,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/podunit/podunit/errdefs"
+	"github.com/opencontainers/go-digest"
+	"go.podman.io/storage"
 	"go.podman.io/storage/pkg/lockfile"
+
+	"github.com/podunit/podunit/errdefs"
 )
 
 // mountHelperEnv makes TestMain act as a restarted podunit (see mountHelper).
@@ -271,5 +275,117 @@ func TestVFSDriver(t *testing.T) {
 	}
 	if err := s.DeleteRootfs(ctx, "vfs1"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// countingStore records the calls podunit makes on storage in a
+// container's create path; every one takes store-wide locks.
+type countingStore struct {
+	storage.Store
+	mu    sync.Mutex
+	calls []string
+}
+
+func (c *countingStore) add(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, name)
+}
+
+func (c *countingStore) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.calls
+	c.calls = nil
+	return out
+}
+
+func (c *countingStore) Image(id string) (*storage.Image, error) {
+	c.add("Image")
+	return c.Store.Image(id)
+}
+
+func (c *countingStore) ImagesByDigest(d digest.Digest) ([]*storage.Image, error) {
+	c.add("ImagesByDigest")
+	return c.Store.ImagesByDigest(d)
+}
+
+func (c *countingStore) Container(id string) (*storage.Container, error) {
+	c.add("Container")
+	return c.Store.Container(id)
+}
+
+func (c *countingStore) Containers() ([]storage.Container, error) {
+	c.add("Containers")
+	return c.Store.Containers()
+}
+
+func (c *countingStore) Layer(id string) (*storage.Layer, error) {
+	c.add("Layer")
+	return c.Store.Layer(id)
+}
+
+func (c *countingStore) Mounted(id string) (int, error) {
+	c.add("Mounted")
+	return c.Store.Mounted(id)
+}
+
+func (c *countingStore) CreateContainer(id string, names []string, image, layer, metadata string, o *storage.ContainerOptions) (*storage.Container, error) {
+	c.add("CreateContainer")
+	return c.Store.CreateContainer(id, names, image, layer, metadata, o)
+}
+
+func (c *countingStore) Mount(id, label string) (string, error) {
+	c.add("Mount")
+	return c.Store.Mount(id, label)
+}
+
+func (c *countingStore) Unmount(id string, force bool) (bool, error) {
+	c.add("Unmount")
+	return c.Store.Unmount(id, force)
+}
+
+func (c *countingStore) SetMetadata(id, metadata string) error {
+	c.add("SetMetadata")
+	return c.Store.SetMetadata(id, metadata)
+}
+
+// TestCreateMountStoreCalls: what CreateContainer and StartContainer ask
+// of storage for a container's rootfs, given the image ID Resolve found:
+// one CreateContainer and one Mount, then nothing. Each storage call
+// queues on store-wide locks behind every other create in a burst
+// (issue 20): a lookup of the image before CreateContainer, or a
+// "mounted?" question before Mount, was one more wait per create.
+func TestCreateMountStoreCalls(t *testing.T) {
+	env := newTestEnv(t, nil)
+	s, ctx := env.store, context.Background()
+	imageID, err := s.Pull(ctx, "registry.k8s.io/pause:3.9", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := &countingStore{Store: s.store}
+	s.store = cs
+	const cid = "c0ffee0000000000000000000000000000000000000000000000000000000005"
+	for _, ref := range []string{imageID, "sha256:" + imageID} {
+		id := cid
+		if ref != imageID {
+			id = cid + "-prefixed"
+		}
+		if err := s.CreateContainerRootfs(ctx, id, ref, "", nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.MountRootfs(ctx, id); err != nil { // CreateContainer's
+			t.Fatal(err)
+		}
+		if _, err := s.MountRootfs(ctx, id); err != nil { // StartContainer's
+			t.Fatal(err)
+		}
+		if got := cs.take(); !slices.Equal(got, []string{"CreateContainer", "Mount"}) {
+			t.Errorf("storage calls of a create and start by %q: %q; want CreateContainer, Mount", ref, got)
+		}
+	}
+	unknown := strings.Repeat("ab", 32)
+	if err := s.CreateContainerRootfs(ctx, cid+"-unknown", unknown, "", nil); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("rootfs on an unknown image ID: %v; want NotFound", err)
 	}
 }

@@ -37,7 +37,16 @@ type Options struct {
 	// shares the images with podman and skopeo.
 	Root string
 	// RunRoot holds mount state; it must be on a tmpfs that a reboot clears.
+	// With Transient it also holds the records of container filesystems.
 	RunRoot string
+	// Transient keeps the records of container filesystems (storage
+	// containers and their writable layers) in RunRoot, written without
+	// fsync, instead of fsynced JSON files under Root: go.podman.io/storage's
+	// transient store. Images and their layers stay durable under Root.
+	// Container filesystems then last one boot (overlay mounts them
+	// "volatile"); what a reboot orphans under Root, CollectOrphanLayers
+	// removes.
+	Transient bool
 	// Driver is the graph driver. Empty means overlay, falling back to vfs
 	// (with a warning) where overlay cannot work, e.g. on an overlayfs root.
 	Driver string
@@ -122,10 +131,22 @@ func New(ctx context.Context, o Options) (*Store, error) {
 			return nil, fmt.Errorf("creating storage directory: %w", err)
 		}
 	}
+	transient := o.Transient
+	if !transient {
+		if n := transientRecords(o.RunRoot); n > 0 {
+			// Opened as a durable store, those records would be invisible:
+			// their containers could be neither listed nor removed, and
+			// their layers would be leaked. They go with the next reboot.
+			o.Logger.WarnContext(ctx, "storage_transient is off, but the run root holds container filesystems of the transient store: staying transient until the next reboot clears it",
+				"runroot", o.RunRoot, "records", n)
+			transient = true
+		}
+	}
 	so := storage.StoreOptions{
 		GraphRoot:       o.Root,
 		RunRoot:         o.RunRoot,
 		GraphDriverName: o.Driver,
+		TransientStore:  transient,
 	}
 	if o.Driver == "" {
 		// storage tries these in order and skips drivers that report the
@@ -142,7 +163,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		o.Logger.WarnContext(ctx, "overlay graph driver unusable, using a slower fallback; every container copies its image",
 			"driver", driver, "root", o.Root)
 	}
-	o.Logger.InfoContext(ctx, "image store ready", "root", o.Root, "runroot", o.RunRoot, "driver", driver)
+	o.Logger.InfoContext(ctx, "image store ready", "root", o.Root, "runroot", o.RunRoot, "driver", driver, "transient", transient)
 
 	l, err := newLive(o.Live())
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -427,5 +429,38 @@ func TestPullGroupCancelAllWaits(t *testing.T) {
 	}
 	if err := <-errs; err == nil || !strings.Contains(err.Error(), "closing") {
 		t.Fatalf("waiter got %v", err)
+	}
+}
+
+// A store switched to durable stays transient while the run root holds
+// any record of the transient store, or a file that might.
+func TestTransientRecords(t *testing.T) {
+	run := t.TempDir()
+	if n := transientRecords(run); n != 0 {
+		t.Fatalf("empty run root: %d records", n)
+	}
+	write := func(rel, content string) {
+		t.Helper()
+		p := filepath.Join(run, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("overlay-containers/volatile-containers.json", "[]")
+	write("overlay-layers/volatile-layers.json", "[]")
+	write("overlay-layers/mountpoints.json", `[{"id":"a"}]`)
+	if n := transientRecords(run); n != 0 {
+		t.Fatalf("only empty record files: %d records", n)
+	}
+	write("overlay-containers/volatile-containers.json", `[{"id":"a"},{"id":"b"}]`)
+	if n := transientRecords(run); n != 2 {
+		t.Fatalf("two containers: %d records", n)
+	}
+	write("vfs-layers/volatile-layers.json", "[{")
+	if n := transientRecords(run); n != 3 {
+		t.Fatalf("two containers and a torn file: %d records", n)
 	}
 }

@@ -79,6 +79,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 		Root:                cfg.Image.StorageRoot,
 		RunRoot:             cfg.Image.StorageRunRoot,
 		Driver:              cfg.Image.StorageDriver,
+		Transient:           cfg.Image.StorageTransient,
 		RegistriesConf:      il.RegistriesConf,
 		PolicyPath:          il.PolicyPath,
 		AuthFile:            il.AuthFile,

@@ -193,6 +193,10 @@ func collectors(cfg *config.Config, s *services, minAge time.Duration) []gc.Coll
 			}
 			return out, nil
 		}})
+		// After a reboot the transient store's records are gone and the
+		// layers they named are left under storage_root; with nothing
+		// created yet, every layer directory no record names is one.
+		cs = append(cs, gc.Func{N: "storage-orphan-layers", F: s.images.CollectOrphanLayers})
 	}
 	cni := network.NewCNI(network.Options{ConfDir: cfg.CNI.ConfDir, BinDirs: cfg.CNI.BinDirs})
 	cs = append(cs, gc.Func{N: "cni-torn-reservations", F: func(ctx context.Context, dry bool) ([]string, error) {

@@ -338,7 +338,7 @@ func (e *Env) takeNode(s *Snapshot) error {
 			s.CNIIPs[d.Name()] = strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0])
 		}
 	}
-	s.StorageContainers = storageContainers(filepath.Join(e.H.StateDir, "storage"))
+	s.StorageContainers = storageContainers(filepath.Join(e.H.StateDir, "storage"), filepath.Join(e.H.RunDir(), "podunit", "storage"))
 	hiers := map[string]string{"": e.Inside("/sys/fs/cgroup/podunit.slice")}
 	if ents, err := os.ReadDir(e.Inside("/sys/fs/cgroup")); err == nil {
 		if _, err := os.Stat(e.Inside("/sys/fs/cgroup/systemd")); err == nil {
@@ -377,10 +377,21 @@ func (e *Env) takeNode(s *Snapshot) error {
 	return nil
 }
 
-// storageContainers reads the IDs from the image store's containers.json
-// (go.podman.io/storage keeps one per graph driver).
-func storageContainers(root string) []string {
-	files, _ := filepath.Glob(filepath.Join(root, "*-containers", "containers.json"))
+// storageContainers reads the IDs of the image store's containers from
+// every file go.podman.io/storage may keep them in, one set per graph
+// driver: containers.json and volatile-containers.json under the graph
+// root, and volatile-containers.json under the run root (the transient
+// store, image.storage_transient).
+func storageContainers(root, runRoot string) []string {
+	var files []string
+	for _, pattern := range []string{
+		filepath.Join(root, "*-containers", "containers.json"),
+		filepath.Join(root, "*-containers", "volatile-containers.json"),
+		filepath.Join(runRoot, "*-containers", "volatile-containers.json"),
+	} {
+		m, _ := filepath.Glob(pattern)
+		files = append(files, m...)
+	}
 	var ids []string
 	for _, f := range files {
 		b, err := os.ReadFile(f)
