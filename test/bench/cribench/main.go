@@ -169,6 +169,16 @@ func (t *target) ctrConfig() *runtimeapi.ContainerConfig {
 	}
 }
 
+// sleepConfig is the i-th container of a pod of several: ctrConfig named
+// sleep-i.
+func (t *target) sleepConfig(i int) *runtimeapi.ContainerConfig {
+	c := t.ctrConfig()
+	name := fmt.Sprintf("sleep-%d", i)
+	c.Metadata.Name = name
+	c.LogPath = name + "/0.log"
+	return c
+}
+
 // startTimes of one pod + container start, in milliseconds
 type startTimes struct {
 	Total, Runp, Create, Start float64
@@ -215,6 +225,91 @@ func (t *target) startOne(ctx context.Context) (startTimes, error) {
 	}
 	end := time.Now()
 	return startTimes{Total: ms(end.Sub(t0)), Runp: ms(t1.Sub(t0)), Create: ms(t2.Sub(t1)), Start: ms(t3.Sub(t2))}, nil
+}
+
+// opTimes collects per-call latencies from many goroutines; a nil *opTimes
+// keeps none.
+type opTimes struct {
+	mu sync.Mutex
+	m  map[string][]float64
+}
+
+func (o *opTimes) timed(op string, f func() error) error {
+	t0 := time.Now()
+	if err := f(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if o == nil {
+		return nil
+	}
+	o.mu.Lock()
+	o.m[op] = append(o.m[op], ms(time.Since(t0)))
+	o.mu.Unlock()
+	return nil
+}
+
+// startPod runs one pod (named after kind) with k containers, the i-th
+// made by ctr, and waits for all to run; o (may be nil) gets each call's
+// latency. The scale and density figures start their pods here.
+func (t *target) startPod(ctx context.Context, kind string, k int, ctr func(i int) *runtimeapi.ContainerConfig, o *opTimes) ([]string, error) {
+	pcfg := t.podConfig(kind)
+	var pod string
+	if err := o.timed("RunPodSandbox", func() error {
+		r, err := t.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pcfg})
+		if err == nil {
+			pod = r.PodSandboxId
+			t.track(pod)
+		}
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	var ids []string
+	for i := range k {
+		var id string
+		if err := o.timed("CreateContainer", func() error {
+			r, err := t.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: ctr(i), SandboxConfig: pcfg})
+			if err == nil {
+				id = r.ContainerId
+			}
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		if err := o.timed("StartContainer", func() error {
+			_, err := t.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id})
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		if err := t.waitRunning(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}
+
+func (t *target) waitRunning(ctx context.Context, id string) error {
+	t0 := time.Now()
+	for {
+		s, err := t.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+		if err != nil {
+			return fmt.Errorf("ContainerStatus: %w", err)
+		}
+		switch s.Status.GetState() {
+		case runtimeapi.ContainerState_CONTAINER_RUNNING:
+			return nil
+		case runtimeapi.ContainerState_CONTAINER_EXITED:
+			return fmt.Errorf("container %s exited: %s %s", id, s.Status.GetReason(), s.Status.GetMessage())
+		}
+		if time.Since(t0) > 60*time.Second {
+			return fmt.Errorf("container %s not running after 60s", id)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func (t *target) track(id string) {

@@ -592,92 +592,10 @@ func countTimeouts(log []byte, keep int) (int, []string) {
 // scaleConfig is a container of a scale pod: busybox sleep with the limits a
 // reload must keep.
 func (t *target) scaleConfig(i int) *runtimeapi.ContainerConfig {
-	c := t.ctrConfig()
-	name := fmt.Sprintf("sleep-%d", i)
-	c.Metadata.Name = name
-	c.LogPath = name + "/0.log"
+	c := t.sleepConfig(i)
 	c.Linux.Resources = &runtimeapi.LinuxContainerResources{
 		MemoryLimitInBytes: scaleMemoryLimit, CpuQuota: scaleCPUQuota, CpuPeriod: scaleCPUPeriod}
 	return c
-}
-
-// opTimes collects per-call latencies from many goroutines.
-type opTimes struct {
-	mu sync.Mutex
-	m  map[string][]float64
-}
-
-func (o *opTimes) timed(op string, f func() error) error {
-	t0 := time.Now()
-	if err := f(); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	o.mu.Lock()
-	o.m[op] = append(o.m[op], ms(time.Since(t0)))
-	o.mu.Unlock()
-	return nil
-}
-
-// startPod runs one pod with k containers and waits for all to run.
-func (t *target) startPod(ctx context.Context, k int, o *opTimes) ([]string, error) {
-	pcfg := t.podConfig("scale")
-	var pod string
-	if err := o.timed("RunPodSandbox", func() error {
-		r, err := t.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pcfg})
-		if err == nil {
-			pod = r.PodSandboxId
-			t.track(pod)
-		}
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	var ids []string
-	for i := range k {
-		var id string
-		if err := o.timed("CreateContainer", func() error {
-			r, err := t.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: t.scaleConfig(i), SandboxConfig: pcfg})
-			if err == nil {
-				id = r.ContainerId
-			}
-			return err
-		}); err != nil {
-			return nil, err
-		}
-		if err := o.timed("StartContainer", func() error {
-			_, err := t.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: id})
-			return err
-		}); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	for _, id := range ids {
-		if err := t.waitRunning(ctx, id); err != nil {
-			return nil, err
-		}
-	}
-	return ids, nil
-}
-
-func (t *target) waitRunning(ctx context.Context, id string) error {
-	t0 := time.Now()
-	for {
-		s, err := t.rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
-		if err != nil {
-			return fmt.Errorf("ContainerStatus: %w", err)
-		}
-		switch s.Status.GetState() {
-		case runtimeapi.ContainerState_CONTAINER_RUNNING:
-			return nil
-		case runtimeapi.ContainerState_CONTAINER_EXITED:
-			return fmt.Errorf("container %s exited: %s %s", id, s.Status.GetReason(), s.Status.GetMessage())
-		}
-		if time.Since(t0) > 60*time.Second {
-			return fmt.Errorf("container %s not running after 60s", id)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // memAvailableKiB reads MemAvailable from /proc/meminfo.
@@ -771,7 +689,7 @@ func cmdScale(args []string) (retErr error) {
 					stopped.Store(true)
 					return
 				}
-				ids, err := t.startPod(ctx, *perPod, o)
+				ids, err := t.startPod(ctx, "scale", *perPod, t.scaleConfig, o)
 				started.Add(int64(len(ids)))
 				if err != nil {
 					mu.Lock()
