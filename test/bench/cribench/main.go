@@ -10,8 +10,9 @@
 //	    sequential, in one pod (ops.go).
 //	cribench runp -endpoint E -n 50 -out FILE
 //	    RunPodSandbox latency, sequential, pods kept until the end.
-//	cribench density -endpoint E -counts 1,50,100 -harness-pid PID -daemon NAME -out FILE
-//	    per-running-container host overhead (see procs.go).
+//	cribench density -endpoint E -per-pod 1 -counts 1,50,100 -harness H -pid1 P -daemon NAME -out FILE
+//	    per-running-container host overhead with pods of -per-pod containers,
+//	    at each count of pods (see procs.go).
 //	cribench scale -endpoint E -pods 500 -per-pod 2 -churn 10000 -harness H -pid1 P -daemon NAME -unit U -out FILE
 //	    N running containers, daemon-reloads while they run, removal, churn
 //	    cycles; PID 1's cost, limits kept, leaks (scale.go).
@@ -22,8 +23,9 @@
 //
 // Every pod gets the CNI network (the harness' conflist), cgroup parent
 // /benchmark.slice, the namespaces a kubelet asks for by default (PID
-// namespace per container) and one busybox container running `sleep`. Pods made by a
-// command are stopped and removed before it exits, also when it fails.
+// namespace per container) and one busybox container running `sleep` (density
+// and scale: -per-pod of them). Pods made by a command are stopped and
+// removed before it exits, also when it fails.
 package main
 
 import (

@@ -99,7 +99,9 @@ func kibField(b []byte, name string) int64 {
 	return 0
 }
 
-// DensityPoint is the harness at Count running benchmark containers.
+// DensityPoint is the harness with Count running benchmark pods, each of the
+// result's per_pod containers (params; 1 when absent, as in results from
+// before the parameter).
 type DensityPoint struct {
 	Count          int            `json:"count"`
 	ContainerProcs int            `json:"container_procs"`
@@ -201,11 +203,48 @@ func densityPoint(count int, base, now map[procKey]proc, pid1 int, daemon daemon
 	return d
 }
 
+// checkContainers compares the container processes found at a point with
+// the containers started: pods × perPod.
+func checkContainers(p DensityPoint, perPod int) error {
+	if want := p.Count * perPod; p.ContainerProcs != want {
+		return fmt.Errorf("%d containers started (%d pods × %d), %d container processes found in the harness",
+			want, p.Count, perPod, p.ContainerProcs)
+	}
+	return nil
+}
+
+// daemonAge is how long the runtime's daemon (not podunit's log relay) had
+// run at a snapshot, in seconds, from its start time and the host's uptime.
+func daemonAge(snap map[procKey]proc, d daemonSpec) (float64, bool) {
+	up, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(up))
+	if len(f) == 0 {
+		return 0, false
+	}
+	secs, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return 0, false
+	}
+	for _, p := range snap {
+		if p.Comm == d.Comm && d.ownProcess(p) {
+			return secs - float64(p.Start)/100, true // USER_HZ
+		}
+	}
+	return 0, false
+}
+
+// cmdDensity measures the host overhead of running pods of -per-pod
+// containers each (busybox sleep), at each of -counts pods: the baseline
+// with none, then pods started two at a time up to each count.
 func cmdDensity(args []string) (retErr error) {
 	var t target
 	fs := flag.NewFlagSet("density", flag.ExitOnError)
 	t.flags(fs)
-	countsFlag := fs.String("counts", "1,50,100", "running container counts to measure at")
+	countsFlag := fs.String("counts", "1,50,100", "running pod counts to measure at")
+	perPod := fs.Int("per-pod", 1, "containers per pod (the pod shape): a count of pods runs pods × per-pod containers")
 	harness := fs.String("harness", "", "the harness' cgroup name (podunit-harness.sh name DIR)")
 	pid1 := fs.Int("pid1", 0, "host PID of the harness' systemd")
 	daemonFlag := fs.String("daemon", "", "the runtime daemon, COMM[@ARG] (podunit, containerd@/path/config.toml)")
@@ -217,6 +256,9 @@ func cmdDensity(args []string) (retErr error) {
 	}
 	if *harness == "" || *pid1 == 0 {
 		return fmt.Errorf("-harness, -pid1 and -daemon are required")
+	}
+	if *perPod < 1 {
+		return fmt.Errorf("-per-pod must be ≥ 1")
 	}
 	daemon, err := parseDaemon(*daemonFlag)
 	if err != nil {
@@ -236,6 +278,12 @@ func cmdDensity(args []string) (retErr error) {
 	if err != nil {
 		return err
 	}
+	params := map[string]string{"counts": *countsFlag, "per_pod": strconv.Itoa(*perPod)}
+	// bench.sh restarts the daemon before each density run: its age at the
+	// baseline shows that it did
+	if age, ok := daemonAge(base, daemon); ok {
+		params["daemon_age_s"] = strconv.FormatFloat(age, 'f', 0, 64)
+	}
 	points := []DensityPoint{densityPoint(0, base, base, *pid1, daemon)}
 	running := 0
 	for _, c := range counts {
@@ -251,7 +299,7 @@ func cmdDensity(args []string) (retErr error) {
 			sem <- struct{}{}
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				if _, err := t.startOne(ctx); err != nil {
+				if _, err := t.startPod(ctx, "density", *perPod, t.sleepConfig, nil); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -268,15 +316,14 @@ func cmdDensity(args []string) (retErr error) {
 			return err
 		}
 		p := densityPoint(c, base, now, *pid1, daemon)
-		if p.ContainerProcs != c {
-			return fmt.Errorf("%d containers started, %d container processes found in the harness", c, p.ContainerProcs)
+		if err := checkContainers(p, *perPod); err != nil {
+			return err
 		}
 		points = append(points, p)
-		fmt.Printf("%-11s density %3d: overhead procs %d (%s) RSS %d KiB; PID 1 RSS %d KiB (base %d); daemon RSS %d KiB (base %d)\n",
-			t.Name, c, p.OverheadProcs, comms(p.OverheadComms), p.OverheadRSS, p.PID1RSS, points[0].PID1RSS, p.DaemonRSS, points[0].DaemonRSS)
+		fmt.Printf("%-11s density %3d pods × %d: overhead procs %d (%s) RSS %d KiB; PID 1 RSS %d KiB (base %d); daemon RSS %d KiB (base %d)\n",
+			t.Name, c, *perPod, p.OverheadProcs, comms(p.OverheadComms), p.OverheadRSS, p.PID1RSS, points[0].PID1RSS, p.DaemonRSS, points[0].DaemonRSS)
 	}
-	return appendResult(t.Out, Result{Kind: "density", Runtime: t.Name,
-		Params: map[string]string{"counts": *countsFlag}, Density: points})
+	return appendResult(t.Out, Result{Kind: "density", Runtime: t.Name, Params: params, Density: points})
 }
 
 func comms(m map[string]int) string {
