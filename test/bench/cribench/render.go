@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -50,7 +51,7 @@ func (r *run) render(b *strings.Builder, command string) {
 		"Within a round each figure runs on one runtime after the other; the order reverses each round. "+
 		"Percentiles are nearest-rank over every sample of every round. Pods use cgroup parent `/benchmark.slice`, "+
 		"the namespaces a kubelet asks for without shareProcessNamespace (pod network and IPC, PID namespace per container) "+
-		"and one busybox container running `sleep`.\n\n", command)
+		"and one busybox container running `sleep` (more per pod where a figure says so).\n\n", command)
 	if l := m["load_start"]; l != "" {
 		w("The machine was shared with other work during the run (load average above); both runtimes saw the same " +
 			"conditions because runs alternate, but absolute numbers are noisier than on an idle machine.\n\n")
@@ -116,35 +117,8 @@ func (r *run) targets() []goal {
 	}
 	out = append(out, r.judge("pod + container start to RUNNING, p50 (50 sequential)", "ratio ≤ 0.7", p, c, "ms", true,
 		func(x float64) bool { return x <= 0.7 }, "startlat-seq"))
-	pd := r.density("podunit")
-	if len(pd) > 0 {
-		last := pd[len(pd)-1]
-		var procs, mem []string
-		for _, rt := range refs {
-			cs, ck := "–", "–"
-			if cd := r.density(rt); len(cd) > 0 {
-				cl := cd[len(cd)-1]
-				cs = fmt.Sprintf("%d at %d", cl.OverheadProcs, cl.Count)
-				ck = fmt.Sprintf("%.0f KiB (%.0f KiB by RSS)", perContainerPSSKiB(cd), perContainerKiB(cd))
-			}
-			procs, mem = append(procs, cs), append(mem, ck)
-		}
-		v := "met"
-		if last.OverheadProcs != 0 {
-			v = "**behind**"
-		}
-		out = append(out, goal{"processes besides the containers' own", "= 0", fmt.Sprintf("%d at %d", last.OverheadProcs, last.Count), procs, "–", v})
-		pk := perContainerPSSKiB(pd)
-		v = "met"
-		if pk > 200 {
-			v = "**behind**"
-		}
-		out = append(out, goal{fmt.Sprintf("host memory per running container at %d, new processes by PSS + growth of PID 1, journald, dbus and the runtime (see overhead table)", last.Count), "≤ 200 KiB",
-			fmt.Sprintf("%.0f KiB (%.0f KiB by RSS)", pk, perContainerKiB(pd)), mem, "–", v})
-	} else {
-		empty := make([]string, len(refs))
-		out = append(out, goal{"processes besides the containers' own", "= 0", r.missing("density", "podunit"), empty, "", "not measured"})
-		out = append(out, goal{"host memory per running container", "≤ 200 KiB", r.missing("density", "podunit"), empty, "", "not measured"})
+	for _, n := range densityShapes {
+		out = append(out, r.densityTargets(n)...)
 	}
 	lines := func(rt string) float64 {
 		var l []float64
@@ -200,31 +174,91 @@ func (r *run) judge(fig, want string, p float64, c []float64, unit string, lower
 	return t
 }
 
-// perContainerKiB is the host memory that running containers cost besides
-// their own processes, per container, at the largest count: RSS of the
-// processes that appeared (shims, pause, helpers) plus the growth of systemd
-// (PID 1), journald, dbus-daemon and the runtime's own processes (the
-// daemon, and for podunit its node-wide log relay, which holds every
-// container's pipes).
-func perContainerKiB(d []DensityPoint) float64 {
-	if len(d) < 2 {
-		return 0
+// densityTargets judges podunit's density result of a pod shape (n
+// containers per pod) at its largest count: no processes besides the
+// containers' own, at most 200 KiB of host memory per running container.
+func (r *run) densityTargets(n int) []goal {
+	fig, shape := densityFig(n), shapeLabel(n)
+	var procs, mem []string
+	for _, rt := range refs {
+		cs, ck := r.missing(fig, rt), r.missing(fig, rt)
+		if cd := r.density(rt, n); len(cd) > 1 {
+			cl := cd[len(cd)-1]
+			cs = fmt.Sprintf("%d at %s", cl.OverheadProcs, containersAt(cl, n))
+			ck = fmt.Sprintf("%.0f KiB (%.0f KiB by RSS)", perContainerPSSKiB(cd, n), perContainerKiB(cd, n))
+		}
+		procs, mem = append(procs, cs), append(mem, ck)
 	}
-	b, l := d[0], d[len(d)-1]
-	total := l.OverheadRSS + (l.PID1RSS - b.PID1RSS) + (l.JournaldRSS - b.JournaldRSS) + (l.DBusRSS - b.DBusRSS) + (l.DaemonRSS - b.DaemonRSS)
-	return float64(total) / float64(l.Count)
+	procFig := "processes besides the containers' own, " + shape
+	pd := r.density("podunit", n)
+	if len(pd) < 2 {
+		m := r.missing(fig, "podunit")
+		return []goal{
+			{procFig, "= 0", m, procs, "–", "not measured"},
+			{"host memory per running container, " + shape, "≤ 200 KiB", m, mem, "–", "not measured"},
+		}
+	}
+	last := pd[len(pd)-1]
+	v := "met"
+	if last.OverheadProcs != 0 {
+		v = "**behind**"
+	}
+	out := []goal{{procFig, "= 0", fmt.Sprintf("%d at %s", last.OverheadProcs, containersAt(last, n)), procs, "–", v}}
+	pk := perContainerPSSKiB(pd, n)
+	v = "met"
+	if pk > 200 {
+		v = "**behind**"
+	}
+	return append(out, goal{fmt.Sprintf("host memory per running container at %s, %s, new processes by PSS + growth of PID 1, "+
+		"journald, dbus and the runtime (see overhead table)", containersAt(last, n), shape), "≤ 200 KiB",
+		fmt.Sprintf("%.0f KiB (%.0f KiB by RSS)", pk, perContainerKiB(pd, n)), mem, "–", v})
+}
+
+// shapeLabel names a pod shape: "1 container per pod", "3 containers per pod".
+func shapeLabel(n int) string {
+	if n == 1 {
+		return "1 container per pod"
+	}
+	return fmt.Sprintf("%d containers per pod", n)
+}
+
+// containersAt is the running containers of a density point of n containers
+// per pod: "100", or "102 (34 pods × 3)".
+func containersAt(p DensityPoint, n int) string {
+	if n == 1 {
+		return strconv.Itoa(p.Count)
+	}
+	return fmt.Sprintf("%d (%d pods × %d)", p.Count*n, p.Count, n)
+}
+
+// perContainerKiB is the host memory that running containers cost besides
+// their own processes, per container, at the largest count of pods of n
+// containers each: RSS of the processes that appeared (shims, pause,
+// helpers) plus the growth of systemd (PID 1), journald, dbus-daemon and the
+// runtime's own processes (the daemon, and for podunit its node-wide log
+// relay, which holds every container's pipes), over the running containers
+// (pods × n).
+func perContainerKiB(d []DensityPoint, n int) float64 {
+	return perContainer(d, n, func(p DensityPoint) int64 { return p.OverheadRSS })
 }
 
 // perContainerPSSKiB is perContainerKiB with the other processes counted by
 // PSS: pages they share (libc, the binary's text) are split among them
 // instead of counted once per process.
-func perContainerPSSKiB(d []DensityPoint) float64 {
-	if len(d) < 2 {
+func perContainerPSSKiB(d []DensityPoint, n int) float64 {
+	return perContainer(d, n, func(p DensityPoint) int64 { return p.OverheadPSS })
+}
+
+func perContainer(d []DensityPoint, n int, other func(DensityPoint) int64) float64 {
+	if len(d) < 2 || n < 1 {
 		return 0
 	}
 	b, l := d[0], d[len(d)-1]
-	total := l.OverheadPSS + (l.PID1RSS - b.PID1RSS) + (l.JournaldRSS - b.JournaldRSS) + (l.DBusRSS - b.DBusRSS) + (l.DaemonRSS - b.DaemonRSS)
-	return float64(total) / float64(l.Count)
+	if l.Count < 1 {
+		return 0
+	}
+	total := other(l) + (l.PID1RSS - b.PID1RSS) + (l.JournaldRSS - b.JournaldRSS) + (l.DBusRSS - b.DBusRSS) + (l.DaemonRSS - b.DaemonRSS)
+	return float64(total) / float64(l.Count*n)
 }
 
 type writer func(format string, a ...any)
@@ -319,32 +353,56 @@ func (r *run) renderCritest(w writer) {
 
 func (r *run) renderDensity(w writer) {
 	w("\n## Host overhead per running container (test/bench/cribench density)\n\n")
-	w("Pods with one `sleep` container each, started two at a time up to 1, 50, 100 running; 5 s settle, then the " +
-		"processes of the harness are read twice 1 s apart (only processes present both times count). " +
-		"*Other processes*: processes that appeared since the 0-container baseline and are not a container's own " +
+	w("Two pod shapes, each measured in a run of its own: pods of one `sleep` container, and pods of three (fair to " +
+		"containerd, whose shim serves every container of its pod). Before each run bench.sh restarts the runtime's " +
+		"daemon, so that the baseline is a freshly started daemon's and not one grown by the figures before (its age at " +
+		"the baseline is given under each table when the run recorded it). Pods are started two at a time up to each " +
+		"count of pods in the table; 5 s settle, then the processes of the harness are read twice 1 s apart (only " +
+		"processes present both times count). " +
+		"*Other processes*: processes that appeared since the 0-pod baseline and are not a container's own " +
 		"`sleep` (shims, pause, helpers). RSS is VmRSS (shared pages counted in each process); PSS splits shared pages. " +
 		"Memory per container = (RSS, or PSS, of other processes + growth of systemd PID 1, journald, dbus-daemon and the " +
-		"runtime's own long-lived processes' RSS) / N; the targets use the PSS figure. The runtime's own processes are those " +
+		"runtime's own long-lived processes' RSS) / running containers (pods × containers per pod); the targets use the " +
+		"PSS figure. The runtime's own processes are those " +
 		"running the daemon's binary at the baseline: the containerd under test (the one started with its own config file; " +
 		"the other containerd is idle in the harness meanwhile); podunit and its node-wide log relay (`podunit _logrelay`, " +
-		"the same binary), whose RSS is summed in the last column.\n\n")
-	w("| runtime | N | other processes | their RSS | their PSS | PID 1 RSS Δ | journald RSS Δ | dbus RSS Δ | runtime RSS Δ | memory per container (RSS / PSS) | runtime RSS |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
+		"the same binary), whose RSS is summed in the last column.\n")
+	for _, n := range densityShapes {
+		r.renderDensityShape(w, n)
+	}
+}
+
+// renderDensityShape writes the overhead table of one pod shape (n
+// containers per pod) and the daemons' ages at its baselines.
+func (r *run) renderDensityShape(w writer, n int) {
+	w("\n### %s\n\n", shapeLabel(n))
+	w("| runtime | pods | containers | other processes | their RSS | their PSS | PID 1 RSS Δ | journald RSS Δ | dbus RSS Δ | runtime RSS Δ | memory per container (RSS / PSS) | runtime RSS |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	var ages []string
 	for _, rt := range runtimes {
-		d := r.density(rt)
-		if len(d) == 0 {
-			w("| %s | | %s | | | | | | | | |\n", r.label(rt), r.missing("density", rt))
+		res := r.densityResult(rt, n)
+		if res == nil || len(res.Density) == 0 {
+			w("| %s | | | %s | | | | | | | | |\n", r.label(rt), r.missing(densityFig(n), rt))
 			continue
 		}
+		age := "not recorded"
+		if a := res.Params["daemon_age_s"]; a != "" {
+			age = a + " s"
+		}
+		ages = append(ages, fmt.Sprintf("%s %s", r.label(rt), age))
+		d := res.Density
 		b := d[0]
 		for _, p := range d {
 			per := "–"
 			if p.Count > 0 {
-				per = fmt.Sprintf("%.0f / %.0f KiB", perContainerKiB([]DensityPoint{b, p}), perContainerPSSKiB([]DensityPoint{b, p}))
+				per = fmt.Sprintf("%.0f / %.0f KiB", perContainerKiB([]DensityPoint{b, p}, n), perContainerPSSKiB([]DensityPoint{b, p}, n))
 			}
-			w("| %s | %d | %d %s | %d KiB | %d KiB | %+d KiB | %+d KiB | %+d KiB | %+d KiB | %s | %d KiB |\n", r.label(rt), p.Count,
+			w("| %s | %d | %d | %d %s | %d KiB | %d KiB | %+d KiB | %+d KiB | %+d KiB | %+d KiB | %s | %d KiB |\n", r.label(rt), p.Count, p.Count*n,
 				p.OverheadProcs, parenComms(p.OverheadComms), p.OverheadRSS, p.OverheadPSS,
 				p.PID1RSS-b.PID1RSS, p.JournaldRSS-b.JournaldRSS, p.DBusRSS-b.DBusRSS, p.DaemonRSS-b.DaemonRSS, per, p.DaemonRSS)
 		}
+	}
+	if len(ages) > 0 {
+		w("\nThe daemon's age at the 0-pod baseline: %s.\n", strings.Join(ages, ", "))
 	}
 }
 
@@ -435,14 +493,14 @@ func (r *run) renderPull(w writer) {
 }
 
 func (r *run) renderDaemon(w writer) {
-	w("\n## Daemon memory\n\n| runtime | RSS idle (after start, before any benchmark) | RSS with 100 running containers |\n|---|---|---|\n")
+	w("\n## Daemon memory\n\n| runtime | RSS idle (after start, before any benchmark) | RSS at the density figure's largest count (1 container per pod) |\n|---|---|---|\n")
 	for _, rt := range runtimes {
 		idle := "not measured"
 		if v, ok := r.idle(rt + "_rss_kib"); ok {
 			idle = fmt.Sprintf("%.1f MiB", v/1024)
 		}
-		full := r.missing("density", rt)
-		if d := r.density(rt); len(d) > 0 {
+		full := r.missing(densityFig(1), rt)
+		if d := r.density(rt, 1); len(d) > 0 {
 			l := d[len(d)-1]
 			full = fmt.Sprintf("%.1f MiB (at %d)", float64(l.DaemonRSS)/1024, l.Count)
 		}

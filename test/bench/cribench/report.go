@@ -308,11 +308,49 @@ func (r *run) samples(kind, rt, series string, params map[string]string) []float
 	return out
 }
 
-func (r *run) density(rt string) []DensityPoint {
-	for _, res := range r.results {
-		if res.Kind == "density" && res.Runtime == rt {
-			return res.Density
+// densityShapes are the density figure's pod shapes, containers per pod:
+// one, and three, which is fair to containerd's shim (one per pod, serving
+// every container of it).
+var densityShapes = []int{1, 3}
+
+// perPod is a density result's pod shape: its per_pod param, 1 when there is
+// none (results from before the parameter measured one container per pod), 0
+// when it is unreadable (no shape).
+func perPod(res Result) int {
+	v, ok := res.Params["per_pod"]
+	if !ok {
+		return 1
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0
+	}
+	return n
+}
+
+// densityFig names the density figure of a pod shape in failures.txt, as
+// bench.sh does: "density" for one container per pod, "density-N" for N.
+func densityFig(perPod int) string {
+	if perPod == 1 {
+		return "density"
+	}
+	return "density-" + strconv.Itoa(perPod)
+}
+
+// densityResult is a runtime's density result of a pod shape, or nil.
+func (r *run) densityResult(rt string, n int) *Result {
+	for i, res := range r.results {
+		if res.Kind == "density" && res.Runtime == rt && perPod(res) == n {
+			return &r.results[i]
 		}
+	}
+	return nil
+}
+
+// density is the points of a runtime's density result of a pod shape.
+func (r *run) density(rt string, n int) []DensityPoint {
+	if res := r.densityResult(rt, n); res != nil {
+		return res.Density
 	}
 	return nil
 }
