@@ -11,7 +11,8 @@
 #   PODUNIT_BINARY  podunit binary inside the repo (default bin/podunit; make bench builds it)
 #   BENCH_OUT       raw results, logs, profiles (default /var/tmp/podunit-bench; replaced)
 #   BENCH_DOC       the table (default <repo>/docs/benchmarks.md)
-#   ROUNDS          alternating rounds of every figure but density (default 2)
+#   ROUNDS          alternating rounds of every figure but density and scale, which
+#                   run once (default 3: at least 3 rounds, issue 20)
 #   ONLY            space-separated subset of: runp pull startlat critest logs density scale pleg profile
 #                   (default all but scale and pleg: at its default size scale takes
 #                   about half an hour per runtime on the 2-core machine; it
@@ -46,7 +47,11 @@
 # local registry (127.0.0.1:5000): podunit with test/critest/registries.conf,
 # both containerds with the same certs.d files written here. Within a round
 # each figure runs for one runtime after the other; the order reverses every
-# round.
+# round. The density figure runs once, in two pod shapes: 1 container per pod
+# at 1, 50 and 100 pods, and 3 per pod at 1, 17 and 34 pods (about as many
+# containers; fair to containerd's shim, one per pod); before each of them the
+# runtime's daemon is restarted, so that its baseline is a freshly started
+# daemon's and not one grown by the figures before.
 # A figure that fails for a runtime is recorded in failures.txt and shows up
 # in the table as "not measured: <reason>"; the run goes on.
 set -euo pipefail
@@ -57,7 +62,7 @@ HARNESS=$REPO/test/harness/podunit-harness.sh
 : "${PODUNIT_BINARY:=$REPO/bin/podunit}"
 : "${BENCH_OUT:=/var/tmp/podunit-bench}"
 : "${BENCH_DOC:=$REPO/docs/benchmarks.md}"
-: "${ROUNDS:=2}"
+: "${ROUNDS:=3}"
 : "${ONLY:=runp pull startlat critest logs density profile}"
 : "${KEEP:=0}"
 : "${PROFILE_PARALLEL:=1}"
@@ -307,6 +312,31 @@ endpoint() {
 	containerd2) echo "$CD2" ;;
 	esac
 }
+# unit_of RT: the runtime's service in the harness
+unit_of() {
+	case $1 in
+	podunit) echo podunit.service ;;
+	*) echo "bench-$1.service" ;;
+	esac
+}
+# wait_runtime RT: until its CRI answers, at most 30 s; fails if it does not
+wait_runtime() {
+	local ep i
+	ep=$(endpoint "$1")
+	for ((i = 0; i < 150; i++)); do
+		crictl --runtime-endpoint "$ep" --image-endpoint "$ep" version >/dev/null 2>&1 && return 0
+		sleep 0.2
+	done
+	return 1
+}
+# restart_runtime RT: restart the runtime's daemon and wait for its CRI. The
+# services are transient (systemd-run below): systemctl restart keeps the
+# loaded unit and starts it again with the same properties, as it does for
+# podunit.service in podunit_journald. Containers stay: podunit's are units
+# of their own, containerd's shims outlive their daemon (KillMode=process).
+restart_runtime() {
+	hx systemctl restart "$(unit_of "$1")" && wait_runtime "$1"
+}
 
 log "starting ${RUNTIMES[*]} in the harness"
 measured podunit && hx systemd-run --unit=podunit.service --collect -p Type=notify -p NotifyAccess=main \
@@ -318,12 +348,7 @@ measured containerd && hx systemd-run --unit=bench-containerd.service --collect 
 measured containerd2 && hx systemd-run --unit=bench-containerd2.service --collect -p Delegate=yes -p KillMode=process \
 	-p LimitNOFILE=infinity -p TasksMax=infinity "$CTRD2_DIR/containerd" --config /var/lib/bench-containerd2/config.toml
 for rt in "${RUNTIMES[@]}"; do
-	ep=$(endpoint "$rt")
-	for _ in $(seq 1 150); do
-		crictl --runtime-endpoint "$ep" --image-endpoint "$ep" version >/dev/null 2>&1 && break
-		sleep 0.2
-	done
-	crictl --runtime-endpoint "$ep" --image-endpoint "$ep" version >/dev/null 2>&1 || die "no CRI at $ep"
+	wait_runtime "$rt" || die "no CRI at $(endpoint "$rt")"
 done
 
 # ---------------------------------------------------------------- machine ----
@@ -384,12 +409,7 @@ podunit_journald() {
 	local dropin=$BASE/etc/podunit.toml.d/50-bench-journald.toml
 	mkdir -p "${dropin%/*}"
 	if [[ $1 == false ]]; then printf '[logs]\njournald = false\n' >"$dropin"; else rm -f "$dropin"; fi
-	hx systemctl restart podunit.service
-	for _ in $(seq 1 150); do
-		crictl --runtime-endpoint "$PU" version >/dev/null 2>&1 && return 0
-		sleep 0.2
-	done
-	die "podunit did not come back after a restart with journald=$1"
+	restart_runtime podunit || die "podunit did not come back after a restart with journald=$1"
 }
 
 # logs_run LABEL ENDPOINT LOGFILE: one log throughput run under cpuwatch
@@ -443,14 +463,30 @@ run_figure() { # FIGURE RUNTIME ROUND
 		fi ;;
 	scale)
 		# the runtime's unit, whose journal is searched for D-Bus timeouts
-		local unit=podunit.service metrics=http://$BENCH_METRICS/metrics
-		[[ $rt == podunit ]] || { unit=bench-$rt.service; metrics=; }
+		local unit metrics=http://$BENCH_METRICS/metrics
+		unit=$(unit_of "$rt")
+		[[ $rt == podunit ]] || metrics=
 		"$CRIBENCH" scale -endpoint "$ep" -name "$rt" -pods "$SCALE_PODS" -per-pod "$SCALE_PER_POD" -metrics "$metrics" \
 			-churn "$SCALE_CHURN" -hold "$SCALE_HOLD" -parallel "$SCALE_PARALLEL" -harness "$HNAME" -pid1 "$HPID" \
 			-daemon "$(daemon_of "$rt")" -unit "$unit" -out "$RES" >"$lg" 2>&1 || fail scale "$rt" "$lg" ;;
 	density)
-		"$CRIBENCH" density -endpoint "$ep" -name "$rt" -counts 1,50,100 -harness "$HNAME" -pid1 "$HPID" \
-			-daemon "$(daemon_of "$rt")" -out "$RES" >"$lg" 2>&1 || fail density "$rt" "$lg" ;;
+		# two pod shapes, PER:COUNTS (counts of pods): 1 container per pod,
+		# and 3 per pod at about as many containers; each from a freshly
+		# started daemon (its RSS is part of the overhead). Failures are
+		# recorded as density and density-3 (cribench report's densityFig).
+		local shape per dfig dlg
+		for shape in 1:1,50,100 3:1,17,34; do
+			per=${shape%%:*} dfig=density dlg=$lg
+			((per == 1)) || { dfig=density-$per; dlg=$BENCH_OUT/$dfig-$rt-$round.log; }
+			log "round $round: $dfig on $rt ($per per pod), $(unit_of "$rt") restarted first"
+			if restart_runtime "$rt" >"$dlg" 2>&1; then
+				"$CRIBENCH" density -endpoint "$ep" -name "$rt" -per-pod "$per" -counts "${shape#*:}" -harness "$HNAME" \
+					-pid1 "$HPID" -daemon "$(daemon_of "$rt")" -out "$RES" >>"$dlg" 2>&1 || fail "$dfig" "$rt" "$dlg"
+			else
+				echo "ERROR: systemctl restart $(unit_of "$rt") failed, or its CRI did not answer within 30 s" >>"$dlg"
+				fail "$dfig" "$rt" "$dlg"
+			fi
+		done ;;
 	esac
 }
 
