@@ -162,3 +162,22 @@ func TestRenderDensityShapes(t *testing.T) {
 		t.Error("the method does not say the daemon is restarted")
 	}
 }
+
+// The daemon's age is its youngest process's: podunit's session server runs
+// the same binary and outlives the restart before each density run.
+func TestDaemonAgeYoungest(t *testing.T) {
+	snap := map[procKey]proc{}
+	for i, start := range []uint64{100, 900, 500} {
+		p := proc{PID: 10 + i, Comm: "podunit", Start: start}
+		snap[procKey{p.PID, p.Start}] = p
+	}
+	relay := proc{PID: 20, Comm: "podunit-logrela", Start: 1000}
+	snap[procKey{relay.PID, relay.Start}] = relay
+	for range 20 { // map order varies
+		age, ok := daemonAge(snap, daemonSpec{Comm: "podunit"})
+		oldest, _ := daemonAge(map[procKey]proc{{10, 100}: snap[procKey{10, 100}]}, daemonSpec{Comm: "podunit"})
+		if !ok || oldest-age < 7.9 || oldest-age > 8.1 {
+			t.Fatalf("age %.1f s, the oldest's %.1f s; want the youngest podunit's (start 900: 8 s younger), not the relay's", age, oldest)
+		}
+	}
+}

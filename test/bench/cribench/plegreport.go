@@ -22,7 +22,7 @@ func (r *run) renderPleg(w writer) {
 			w("Not measured: %s\n", mdEscape(why))
 			return
 		}
-		w("Not run (`ONLY=pleg`, not in the default list).\n")
+		w("Not run (`ONLY=pleg`, not in the default list; the last hand-started run is in docs/benchmarks-earlier.md).\n")
 		return
 	}
 	pods, hold, from := "", 0.0, "the CPU time of its unit's cgroup (systemd's CPUUsageNSec, or cpuacct.usage)"

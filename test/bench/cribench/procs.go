@@ -215,6 +215,8 @@ func checkContainers(p DensityPoint, perPod int) error {
 
 // daemonAge is how long the runtime's daemon (not podunit's log relay) had
 // run at a snapshot, in seconds, from its start time and the host's uptime.
+// The youngest process of the daemon's name and arguments: podunit's
+// session server runs the same binary and outlives a restart of podunit.
 func daemonAge(snap map[procKey]proc, d daemonSpec) (float64, bool) {
 	up, err := os.ReadFile("/proc/uptime")
 	if err != nil {
@@ -228,12 +230,14 @@ func daemonAge(snap map[procKey]proc, d daemonSpec) (float64, bool) {
 	if err != nil {
 		return 0, false
 	}
+	var start uint64
+	found := false
 	for _, p := range snap {
-		if p.Comm == d.Comm && d.ownProcess(p) {
-			return secs - float64(p.Start)/100, true // USER_HZ
+		if p.Comm == d.Comm && d.ownProcess(p) && (!found || p.Start > start) {
+			start, found = p.Start, true
 		}
 	}
-	return 0, false
+	return secs - float64(start)/100, found // USER_HZ
 }
 
 // cmdDensity measures the host overhead of running pods of -per-pod

@@ -92,7 +92,7 @@ func (r *run) renderScale(w writer) {
 		}
 	}
 	if len(rts) == 0 {
-		w("Not run (`ONLY=scale`, not in the default list: see docs/benchmarks.md).\n")
+		w("Not run (`ONLY=scale`, not in the default list; the last hand-started run is in docs/benchmarks-earlier.md).\n")
 		return
 	}
 	w("Pods with several busybox `sleep` containers each (memory limit 64 MiB, CPU quota 20 ms per 100 ms), pod starts " +
