@@ -121,15 +121,17 @@ func (ie *inside) fastPaths(ctx context.Context, t *testing.T) {
 		}
 		info = inf
 	}
-	if calls, _ := cc.since(mark); len(calls) != n {
-		t.Errorf("%d verbose status reads made %d systemd calls, want %d", n, len(calls), n)
+	if calls, _ := cc.since(mark); len(calls) != 0 {
+		t.Errorf("%d verbose status reads of a running container made %d systemd calls: %q", n, len(calls), calls[:min(len(calls), 5)])
 	}
 	props, err := ie.sd.UnitProperties(ctx, unitName(id), "Service")
 	if err != nil {
 		t.Fatal(err)
 	}
 	pid, _ := props["MainPID"].(uint32)
-	if !strings.Contains(info["info"], fmt.Sprintf(`"pid":%d,`, pid)) || !strings.Contains(info["info"], `"activeState":"active"`) {
+	// the PID from local evidence is the one systemd knows as the unit's
+	// main process; no unit state is claimed without asking systemd
+	if pid == 0 || !strings.Contains(info["info"], fmt.Sprintf(`"pid":%d,`, pid)) || strings.Contains(info["info"], `"activeState"`) {
 		t.Errorf("verbose info (main pid %d): %.300s", pid, info["info"])
 	}
 	t.Logf("ContainerStatus of a running container, p50 over %d: %v plain, %v verbose", n, p50(plain), p50(verbose))

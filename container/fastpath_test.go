@@ -185,12 +185,44 @@ func TestStatusLearnsInitAfterRestart(t *testing.T) {
 	}
 }
 
+// verboseInfo is what the tests read of a verbose status's info.
+type verboseInfo struct {
+	PID         uint32 `json:"pid"`
+	ActiveState string `json:"activeState"`
+	SubState    string `json:"subState"`
+}
+
+// A verbose status of a container whose init provably runs asks systemd
+// nothing: the PID comes from the evidence, and no unit state is claimed.
+func TestVerboseStatusOfRunningInitNeedsNoSystemd(t *testing.T) {
+	e := newProcEnv(t)
+	id := e.started("app")
+	n := len(e.sd.Calls)
+	st, info, err := e.m.Status(ctx, id, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.callsSince(n); len(got) != 0 {
+		t.Errorf("verbose status of a live init asked systemd: %q", got)
+	}
+	var v verboseInfo
+	if err := json.Unmarshal([]byte(info["info"]), &v); err != nil {
+		t.Fatal(err)
+	}
+	if st.State != runtimeapi.ContainerState_CONTAINER_RUNNING || v.PID != fakeInitPID || v.ActiveState != "" || v.SubState != "" {
+		t.Errorf("verbose %v %+v; want RUNNING, the init's PID, no unit state", st.State, v)
+	}
+}
+
 func TestVerboseStatusIsOneCall(t *testing.T) {
 	e := newProcEnv(t)
 	id := e.started("app")
 	u := e.sd.Units[unitName(id)]
 	u.Props["MainPID"] = uint32(fakeInitPID)
 	u.Props["SubState"] = "running"
+	// No local proof (the init's start time changed: another process has
+	// the PID): systemd is asked, once.
+	e.setProc(fakeInitPID, 'S', 2000, containerCgroup(id))
 	n := len(e.sd.Calls)
 	st, info, err := e.m.Status(ctx, id, true)
 	if err != nil {
@@ -199,11 +231,7 @@ func TestVerboseStatusIsOneCall(t *testing.T) {
 	if got := e.callsSince(n); len(got) != 1 {
 		t.Errorf("verbose status calls %q, want one", got)
 	}
-	var v struct {
-		PID         uint32 `json:"pid"`
-		ActiveState string `json:"activeState"`
-		SubState    string `json:"subState"`
-	}
+	var v verboseInfo
 	if err := json.Unmarshal([]byte(info["info"]), &v); err != nil {
 		t.Fatal(err)
 	}
@@ -371,6 +399,7 @@ func TestVerboseStatusReadsOnlyWhatItUses(t *testing.T) {
 	u.Props["MainPID"] = uint32(fakeInitPID)
 	u.Props["SubState"] = "running"
 	u.Props["ExecMainCode"], u.Props["ExecMainStatus"] = int32(1), int32(3)
+	e.setProc(fakeInitPID, 'S', 2000, containerCgroup(id)) // no local proof: ask systemd
 	n := len(e.sd.PropertyReads)
 	if _, _, err := e.m.Status(ctx, id, true); err != nil {
 		t.Fatal(err)

@@ -82,13 +82,26 @@ func (r *record) criContainer() *runtimeapi.Container {
 // OCI spec as JSON.
 //
 // A running container whose init provably still runs is answered without
-// systemd (fastpath.go); the verbose form asks systemd once, for all of
-// the unit's properties, and resolves the state from the same answer.
+// systemd (fastpath.go), verbose or not: the verbose info then gives the
+// init's PID from that evidence. Otherwise the verbose form asks systemd
+// once, for the unit's state and exit, and resolves the state from the
+// same answer (the info then also has the unit's active and sub state).
 func (m *Manager) Status(ctx context.Context, id string, verbose bool) (*runtimeapi.ContainerStatus, map[string]string, error) {
-	var unit map[string]any
+	var (
+		unit    map[string]any
+		initPID int
+	)
 	refresh := m.refreshStatusLocked
 	if verbose {
-		refresh = func(ctx context.Context, c *ctr) { unit = m.refreshVerboseLocked(ctx, c) }
+		refresh = func(ctx context.Context, c *ctr) {
+			// A kubelet, critest and crictl inspect ask for the verbose
+			// form; a D-Bus round trip for each was most of its cost.
+			if m.initRunning(c) {
+				initPID = c.init.pid
+				return
+			}
+			unit = m.refreshVerboseLocked(ctx, c)
+		}
 	}
 	c, err := m.lockCurrent(ctx, id, refresh)
 	if err != nil {
@@ -107,7 +120,11 @@ func (m *Manager) Status(ctx context.Context, id string, verbose bool) (*runtime
 		"id": r.ID, "sandboxID": r.PodID, "unit": r.Unit, "slice": r.Slice,
 		"runtimeHandler": r.Handler, "bundle": m.bundleDir(r.ID), "state": r.State,
 	}
-	if r.State == StateRunning && unit != nil {
+	switch {
+	case r.State != StateRunning:
+	case initPID != 0:
+		info["pid"] = initPID
+	case unit != nil:
 		info["pid"] = unit["MainPID"]
 		info["activeState"] = unit["ActiveState"]
 		info["subState"] = unit["SubState"]
