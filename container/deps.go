@@ -30,7 +30,12 @@ type ImageStore interface {
 	Resolve(ctx context.Context, ref string) (*imagestore.ImageInfo, error)
 	CreateContainerRootfs(ctx context.Context, containerID, imageRef, name string, idmap *imagestore.IDMap) error
 	MountRootfs(ctx context.Context, containerID string) (string, error)
+	// UnmountRootfs unmounts the root filesystem and the container's
+	// image volumes: after it no storage mount of the container is left
+	// (Remove relies on it and defers the deletions).
 	UnmountRootfs(ctx context.Context, containerID string) error
+	// DeleteRootfs and DeleteImageVolumes succeed on what is already gone:
+	// the reaper and the start-up gc may race for the same ID.
 	DeleteRootfs(ctx context.Context, containerID string) error
 	// RootfsChanges is what the container changed in its writable layer
 	// (a checkpoint's rootfs diff).
@@ -132,6 +137,10 @@ type Options struct {
 	// lines before it is reported EXITED.
 	LogFlushTimeout time.Duration
 	Logger          *slog.Logger
+
+	// reapQueue bounds the deferred removals' queue (reaper.go); 0 is
+	// defaultReapQueue. Tests make it small.
+	reapQueue int
 }
 
 // Deps are the manager's collaborators.

@@ -34,6 +34,10 @@ type fakeImages struct {
 	volumeDirs bool
 	// changes are what RootfsChanges answers.
 	changes []archive.Change
+	// deleteHook, if set, runs first in DeleteRootfs (outside the lock),
+	// and deleteErr, if set, fails it (then cleared: once).
+	deleteHook func(id string)
+	deleteErr  error
 }
 
 func (f *fakeImages) Resolve(ctx context.Context, ref string) (*imagestore.ImageInfo, error) {
@@ -80,7 +84,17 @@ func (f *fakeImages) UnmountRootfs(ctx context.Context, id string) error {
 
 func (f *fakeImages) DeleteRootfs(ctx context.Context, id string) error {
 	f.mu.Lock()
+	hook := f.deleteHook
+	f.mu.Unlock()
+	if hook != nil {
+		hook(id)
+	}
+	f.mu.Lock()
 	defer f.mu.Unlock()
+	if err := f.deleteErr; err != nil {
+		f.deleteErr = nil
+		return err
+	}
 	if f.rootfs[id] {
 		return fmt.Errorf("rootfs %s still mounted: %w", id, errdefs.ErrPrecondition)
 	}
@@ -108,6 +122,19 @@ func (f *fakeImages) RootfsChanges(ctx context.Context, id string) ([]archive.Ch
 }
 
 func (f *fakeImages) UnmountImageVolumes(ctx context.Context, id string) error { return nil }
+
+// has reports whether id's writable layer exists.
+func (f *fakeImages) has(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.created[id]
+}
+
+func (f *fakeImages) setDeleteHook(h func(id string)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deleteHook = h
+}
 
 func (f *fakeImages) DeleteImageVolumes(ctx context.Context, id string) error {
 	f.mu.Lock()
@@ -260,6 +287,9 @@ type env struct {
 	opts   Options
 	deps   Deps
 	logDir string
+	// managers are every manager newManager made: assertClean drains
+	// their reapers.
+	managers []*Manager
 }
 
 // newEnv builds a manager on fakes. The fake systemd plays ExecStopPost:
@@ -297,7 +327,37 @@ func (e *env) newManager() *Manager {
 	if err := m.Recover(context.Background()); err != nil {
 		e.t.Fatal(err)
 	}
+	e.managers = append(e.managers, m)
 	return m
+}
+
+// drain waits for every manager's deferred removals.
+func (e *env) drain() {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, m := range e.managers {
+		if err := m.Drain(ctx); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// entries lists dir as podunit sees it: its trash directory does not
+// count, what is inside it does.
+func entries(dir string) []string {
+	var out []string
+	ents, _ := os.ReadDir(dir)
+	for _, d := range ents {
+		if d.Name() != trashName {
+			out = append(out, d.Name())
+		}
+	}
+	ents, _ = os.ReadDir(filepath.Join(dir, trashName))
+	for _, d := range ents {
+		out = append(out, filepath.Join(trashName, d.Name()))
+	}
+	return out
 }
 
 func (e *env) writeExit(id string, r *exitrec.Record) {

@@ -709,6 +709,7 @@ func (ie *inside) churn(ctx context.Context, t *testing.T, n int) {
 // runtime state, no bundle or state directory.
 func (ie *inside) assertNoLeaks(ctx context.Context, t *testing.T) {
 	t.Helper()
+	// Units and mounts are gone when Remove returns.
 	units, err := ie.sd.ListUnits(ctx, UnitPrefix+"*")
 	if err != nil {
 		t.Fatal(err)
@@ -717,11 +718,12 @@ func (ie *inside) assertNoLeaks(ctx context.Context, t *testing.T) {
 		t.Errorf("unit left: %s %s/%s", u.Name, u.LoadState, u.ActiveState)
 	}
 	for _, line := range mountLines() {
-		if strings.Contains(line, ie.imgs.root) {
+		if strings.Contains(line, ie.imgs.root) || strings.Contains(line, ie.opts.RunDir+"/") {
 			t.Errorf("mount left: %s", line)
 		}
 	}
-	for _, d := range []string{runcRoot, crunRoot, ie.opts.StateDir, ie.opts.RunDir} {
+	// So is the runtimes' state.
+	for _, d := range []string{runcRoot, crunRoot} {
 		ents, err := os.ReadDir(d)
 		if err != nil && !os.IsNotExist(err) {
 			t.Error(err)
@@ -730,12 +732,42 @@ func (ie *inside) assertNoLeaks(ctx context.Context, t *testing.T) {
 			t.Errorf("left in %s: %s", d, e.Name())
 		}
 	}
+	// Deleting the files is the managers' reapers' (the tests' managers
+	// are not at hand here to Drain): they get a few seconds.
+	var left []string
+	waitFor(10*time.Second, func() bool { left = ie.leftFiles(); return len(left) == 0 })
+	for _, l := range left {
+		t.Error(l)
+	}
+}
+
+// leftFiles lists what a removed container's reaper deletes: state and
+// run directories (the trash directories themselves excepted, not what
+// they hold), root filesystems.
+func (ie *inside) leftFiles() []string {
+	var out []string
+	for _, d := range []string{ie.opts.StateDir, ie.opts.RunDir} {
+		ents, err := os.ReadDir(d)
+		if err != nil && !os.IsNotExist(err) {
+			out = append(out, err.Error())
+		}
+		for _, e := range ents {
+			if e.Name() != trashName {
+				out = append(out, fmt.Sprintf("left in %s: %s", d, e.Name()))
+			}
+		}
+		ents, _ = os.ReadDir(filepath.Join(d, trashName))
+		for _, e := range ents {
+			out = append(out, fmt.Sprintf("left in %s's trash: %s", d, e.Name()))
+		}
+	}
 	ents, _ := os.ReadDir(ie.imgs.root)
 	for _, e := range ents {
 		if e.Name() != ".template" {
-			t.Errorf("rootfs left: %s", e.Name())
+			out = append(out, "rootfs left: "+e.Name())
 		}
 	}
+	return out
 }
 
 func waitFor(d time.Duration, f func() bool) bool {

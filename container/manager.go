@@ -64,6 +64,9 @@ type Manager struct {
 	mu    sync.RWMutex
 	ctrs  map[string]*ctr
 	names map[string]string // reservation key -> container id
+
+	// reap deletes removed containers' files after Remove (reaper.go).
+	reap reaper
 }
 
 // New returns a manager; call Recover before serving requests.
@@ -82,10 +85,14 @@ func New(opts Options, deps Deps) (*Manager, error) {
 			return nil, fmt.Errorf("container manager: %w", err)
 		}
 	}
-	return &Manager{
+	m := &Manager{
 		opts: opts, sd: deps.Systemd, imgs: deps.Images, pods: deps.Pods, rts: deps.Runtimes, defHandler: opts.DefaultHandler, features: deps.Features, logs: deps.Logs, evs: deps.Events, plugins: deps.Plugins,
 		procRoot: "/proc", ctrs: map[string]*ctr{}, names: map[string]string{},
-	}, nil
+	}
+	if err := m.startReaper(); err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // nameKey is what must be unique: the kubelet encodes pod, name and
@@ -475,9 +482,13 @@ func imageRef(img *imagestore.ImageInfo) string {
 	return img.ID
 }
 
-// Remove stops a container if it runs and deletes everything it owns: unit,
-// runtime state, root filesystem, bundle and record. Removing a missing
-// container succeeds; a failed step leaves the record so a retry finishes.
+// Remove stops a container if it runs and removes it: unit, runtime
+// state, leftover cgroups and every mount go now, and the removal is made
+// durable (the state directory moves into the trash) before Remove returns;
+// deleting the files (root filesystem and image volumes in storage, run
+// directory, trash entry) is left to the reaper (reaper.go). Removing a
+// missing container succeeds; a failed step leaves the record so a retry
+// finishes.
 func (m *Manager) Remove(ctx context.Context, id string) error {
 	c, err := m.get(id)
 	if errors.Is(err, errdefs.ErrNotFound) {
@@ -518,23 +529,25 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	if err := unitcgroup.RemoveLeftover(m.opts.CgroupRoot, systemd.UnitCgroupPath(r.Slice, r.Unit)); err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)
 	}
-	if err := m.unbindRootfs(id); err != nil {
+	// No mount outlives the call: the rootfs bind and the clones of host
+	// mounts in the run directory, then the rootfs and image volumes.
+	if err := unmountRunDir(m.runDir(id)); err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)
 	}
 	if err := m.imgs.UnmountRootfs(ctx, id); err != nil {
 		return fmt.Errorf("remove container %s: %w", id, err)
 	}
-	if err := m.imgs.DeleteRootfs(ctx, id); err != nil {
-		return fmt.Errorf("remove container %s: %w", id, err)
-	}
-	if err := m.imgs.DeleteImageVolumes(ctx, id); err != nil {
-		return fmt.Errorf("remove container %s: image volumes: %w", id, err)
-	}
-	if err := m.removeRunDir(id); err != nil {
-		return fmt.Errorf("remove container %s: %w", id, err)
-	}
-	if err := os.RemoveAll(m.stateDir(id)); err != nil {
-		return fmt.Errorf("remove container %s: %w", id, err)
+	// The commit point: from here a restart no longer loads the container.
+	if err := m.trashState(id); err != nil {
+		// No trash on this filesystem: delete everything now, as before
+		// the reaper, the record last.
+		m.opts.Logger.Warn("removal cannot be deferred: deleting inline", "container", id, "err", err)
+		if err := m.reapFiles(ctx, id); err != nil {
+			return fmt.Errorf("remove container %s: %w", id, err)
+		}
+		if err := os.RemoveAll(m.stateDir(id)); err != nil {
+			return fmt.Errorf("remove container %s: %w", id, err)
+		}
 	}
 	m.mu.Lock()
 	delete(m.ctrs, id)
@@ -549,6 +562,7 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 		m.plugins.RemoveContainer(pctx, r.info(0))
 		cancel()
 	}
+	m.deferReap(ctx, id)
 	return nil
 }
 

@@ -105,8 +105,9 @@ func TestLifecycle(t *testing.T) {
 
 func (e *env) assertClean() {
 	e.t.Helper()
+	e.drain()
 	for _, d := range []string{e.opts.StateDir, e.opts.RunDir, e.imgs.dir} {
-		if ents, _ := os.ReadDir(d); len(ents) != 0 {
+		if ents := entries(d); len(ents) != 0 {
 			e.t.Errorf("%s not empty: %v", d, ents)
 		}
 	}
@@ -182,6 +183,7 @@ func TestImageVolume(t *testing.T) {
 	if err := e.m.Remove(ctx, id); err != nil {
 		t.Fatal(err)
 	}
+	e.drain() // deleting them is deferred
 	if len(e.imgs.volumes) != 0 {
 		t.Errorf("image volumes left: %v", e.imgs.volumes)
 	}

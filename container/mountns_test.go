@@ -86,7 +86,7 @@ func TestHostPropagationOnlyForBidirectional(t *testing.T) {
 	if _, err := e.m.Create(ctx, "pod1", cfg, nil); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Fatalf("missing host path: %v, want ErrInvalid", err)
 	}
-	if ents, _ := os.ReadDir(e.opts.RunDir); len(ents) != 0 {
+	if ents := entries(e.opts.RunDir); len(ents) != 0 {
 		t.Errorf("a refused create left %d run dirs", len(ents))
 	}
 }
@@ -118,7 +118,9 @@ func TestBidirectionalMountClonedFromHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	clone := filepath.Join(e.opts.RunDir, id, "propagated", "0")
-	t.Cleanup(func() { _ = unmountAll(clone) })
+	// where the run dir goes with Remove (the reaper deletes it later)
+	trashed := filepath.Join(e.m.runTrashOf(id), "propagated", "0")
+	t.Cleanup(func() { _ = unmountAll(clone); _ = unmountAll(trashed) })
 	if got := mountSource(bundleSpec(t, e, id), "/data"); got != clone {
 		t.Fatalf("spec source %q, want %q", got, clone)
 	}
@@ -138,8 +140,10 @@ func TestBidirectionalMountClonedFromHost(t *testing.T) {
 	if err := e.m.Remove(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if isMountPoint(clone) {
-		t.Errorf("%s still mounted after remove", clone)
+	for _, p := range []string{clone, trashed} {
+		if isMountPoint(p) {
+			t.Errorf("%s still mounted after remove", p)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(host, "keep")); err != nil {
 		t.Errorf("removal deleted the host's file: %v", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -175,7 +174,7 @@ func TestPluginsRefuse(t *testing.T) {
 	if l, _ := e.m.List(context.Background(), nil); len(l) != 0 {
 		t.Errorf("listed after failed create: %v", l)
 	}
-	if ents, _ := os.ReadDir(e.opts.StateDir); len(ents) != 0 {
+	if ents := entries(e.opts.StateDir); len(ents) != 0 {
 		t.Errorf("state left: %v", ents)
 	}
 	// the name is free again

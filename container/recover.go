@@ -32,6 +32,9 @@ func (m *Manager) Recover(ctx context.Context) error {
 			continue
 		}
 		id := e.Name()
+		if strings.HasPrefix(id, ".") {
+			continue // the trash (removed containers: reaper.go)
+		}
 		var r record
 		err := statefile.Read(m.stateFile(id), &r)
 		if errors.Is(err, errdefs.ErrNotFound) {

@@ -65,21 +65,36 @@ func unmountAll(p string) error {
 // filesystem bind and the host mounts cloned for bidirectional propagation
 // first: os.RemoveAll would descend into them and delete the container's
 // files, or the host's.
-func (m *Manager) removeRunDir(id string) error {
-	if err := m.unbindRootfs(id); err != nil {
+func (m *Manager) removeRunDir(id string) error { return removeRunDirAt(m.runDir(id)) }
+
+// removeRunDirAt is removeRunDir of a run directory at dir (its place in
+// the run trash after a Remove); a missing dir is fine.
+func removeRunDirAt(dir string) error {
+	if err := unmountRunDir(dir); err != nil {
 		return err
 	}
-	dir := m.propagatedDir(id)
-	ents, err := os.ReadDir(dir)
+	return os.RemoveAll(dir)
+}
+
+// unmountRunDir takes every mount in a run directory down: the root
+// filesystem bind and the clones of host mounts. It names them relative
+// to dir (as rootfsBind and propagatedDir do), so it works on a run
+// directory moved into the trash as well.
+func unmountRunDir(dir string) error {
+	if err := unmountAll(filepath.Join(dir, "rootfs")); err != nil {
+		return err
+	}
+	pdir := filepath.Join(dir, "propagated")
+	ents, err := os.ReadDir(pdir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove run dir: %w", err)
+		return fmt.Errorf("run dir mounts: %w", err)
 	}
 	for _, e := range ents {
-		if err := unmountAll(filepath.Join(dir, e.Name())); err != nil {
-			return fmt.Errorf("remove run dir: %w", err)
+		if err := unmountAll(filepath.Join(pdir, e.Name())); err != nil {
+			return fmt.Errorf("run dir mounts: %w", err)
 		}
 	}
-	return os.RemoveAll(m.runDir(id))
+	return nil
 }
 
 // propagatedDir holds, with a private mount namespace, the clones of the

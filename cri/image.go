@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -71,17 +72,33 @@ func (s *Server) StreamImages(req *runtimeapi.StreamImagesRequest, stream runtim
 }
 
 // RemoveImage is idempotent; an image a container uses is
-// FailedPrecondition.
+// FailedPrecondition. A container already removed may still hold it for a
+// moment (its writable layer is deleted after RemoveContainer returns,
+// container.Manager.Drain): in use, the removal waits for those deletions,
+// up to removeImageDrain, and tries once more.
 func (s *Server) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
 	ref := req.GetImage().GetImage()
 	if ref == "" {
 		return nil, fmt.Errorf("%w: RemoveImage without an image", errdefs.ErrInvalid)
 	}
-	if err := s.images.Remove(ctx, ref); err != nil {
+	err := s.images.Remove(ctx, ref)
+	if errors.Is(err, errdefs.ErrPrecondition) && s.ctrs != nil {
+		dctx, cancel := context.WithTimeout(ctx, removeImageDrain)
+		derr := s.ctrs.Drain(dctx)
+		cancel()
+		if derr == nil {
+			err = s.images.Remove(ctx, ref)
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	return &runtimeapi.RemoveImageResponse{}, nil
 }
+
+// removeImageDrain bounds RemoveImage's wait for removed containers'
+// layers.
+const removeImageDrain = 10 * time.Second
 
 // ImageFsInfo reports the image and container writable-layer usage.
 func (s *Server) ImageFsInfo(ctx context.Context, _ *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {

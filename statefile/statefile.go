@@ -82,6 +82,32 @@ func Remove(path string) error {
 	return syncDir(filepath.Dir(path))
 }
 
+// Move renames oldpath (a file or a whole directory) to newpath durably:
+// one rename(2), atomic, so a crash leaves it at exactly one of the two
+// places, then an fsync of the new parent and, when it differs, the old
+// one, so the move survives a power loss once Move returns. Both must be
+// on one filesystem (a cross-device move is an error, never a copy);
+// newpath's parent must exist and newpath must not (a directory there that
+// is empty would be replaced). A missing oldpath is ErrNotFound.
+func Move(oldpath, newpath string) error {
+	err := os.Rename(oldpath, newpath)
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Lstat(oldpath); errors.Is(serr, fs.ErrNotExist) {
+			return fmt.Errorf("move state %s: %w", oldpath, ErrNotFound)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("move state %s: %w", oldpath, err)
+	}
+	if err := syncDir(filepath.Dir(newpath)); err != nil {
+		return err
+	}
+	if filepath.Dir(oldpath) != filepath.Dir(newpath) {
+		return syncDir(filepath.Dir(oldpath))
+	}
+	return nil
+}
+
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {

@@ -68,3 +68,31 @@ func TestReadCorrupt(t *testing.T) {
 		t.Fatalf("corrupt Read = %v", err)
 	}
 }
+
+func TestMove(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "a", "id")
+	if err := Write(filepath.Join(src, "state.json"), rec{"a", 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "trash"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, "trash", "id")
+	if err := Move(src, dst); err != nil {
+		t.Fatal(err)
+	}
+	var got rec
+	if err := Read(filepath.Join(dst, "state.json"), &got); err != nil || got != (rec{"a", 1}) {
+		t.Fatalf("moved: %v %v", got, err)
+	}
+	if _, err := os.Stat(src); !os.IsNotExist(err) {
+		t.Errorf("source still there: %v", err)
+	}
+	if err := Move(src, dst); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("move of a missing source: %v, want ErrNotFound", err)
+	}
+	if err := Move(dst, filepath.Join(dir, "nowhere", "id")); err == nil || errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("move into a missing parent: %v, want an error other than ErrNotFound", err)
+	}
+}

@@ -39,7 +39,13 @@ type services struct {
 	// cgroupRoot is where the cgroup hierarchies are mounted.
 	cgroupRoot string
 	stop       []func()
+	log        *slog.Logger
 }
+
+// drainTimeout bounds how long a graceful stop waits for removed
+// containers' files to be deleted (container.Manager.Drain); what is left
+// stays in the trash and is deleted at the next start.
+const drainTimeout = 10 * time.Second
 
 func (s *services) close() {
 	for i := len(s.stop) - 1; i >= 0; i-- {
@@ -50,6 +56,14 @@ func (s *services) close() {
 	}
 	if s.hub != nil {
 		s.hub.Close()
+	}
+	if s.ctrs != nil {
+		// Before the image store closes: the reaper deletes through it.
+		ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+		if err := s.ctrs.Drain(ctx); err != nil && s.log != nil {
+			s.log.Warn("stopping with removed containers' files not yet deleted; the next start deletes them", "err", err)
+		}
+		cancel()
 	}
 	if s.images != nil {
 		s.images.Close()
@@ -73,7 +87,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 		// not ready, so the kubelet and operators can see it.
 		log.Warn("systemd not reachable over D-Bus yet", "err", err)
 	}
-	s := &services{systemd: sd}
+	s := &services{systemd: sd, log: log}
 	il := imageLive(cfg)
 	images, err := imagestore.New(ctx, imagestore.Options{
 		Root:                cfg.Image.StorageRoot,

@@ -272,10 +272,53 @@ type Snapshot struct {
 	Cgroups []string
 	// Records are podunit's state records: "pod/<id>", "ctr/<id>".
 	Records []string
+	// Trash are removed containers whose files the reaper has not deleted
+	// yet (docs/containers.md "Deferred removal"): "state/<id>" in the
+	// state dir's trash, "run/<id>" in the run dir's.
+	Trash []string
 }
 
-// Take reads the CRI lists and the node's state.
+// settleTimeout bounds Take's wait for the deferred deletions of removed
+// containers (a removal of a few hundred pods leaves a backlog of about
+// 10 ms each).
+const settleTimeout = 30 * time.Second
+
+// trashDirs are podunit's trash directories for removed containers.
+func (e *Env) trashDirs() map[string]string {
+	return map[string]string{
+		"state": filepath.Join(e.H.StateDir, "containers", ".trash"),
+		"run":   filepath.Join(e.H.RunDir(), "podunit", "containers", ".trash"),
+	}
+}
+
+func (e *Env) trash() []string {
+	var out []string
+	for kind, d := range e.trashDirs() {
+		ents, _ := os.ReadDir(d)
+		for _, x := range ents {
+			out = append(out, kind+"/"+x.Name())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// settleRemovals waits, up to settleTimeout, until podunit's reaper has
+// deleted the files of every container removed so far: RemoveContainer
+// returns before storage's container and the directories are gone. A
+// reaper that never gets there (podunit down, a deletion failing) leaves
+// Snapshot.Trash and the storage containers to be reported.
+func (e *Env) settleRemovals(ctx context.Context) {
+	deadline := time.Now().Add(settleTimeout)
+	for len(e.trash()) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Take reads the CRI lists and the node's state, once removed containers'
+// deferred deletions are done (settleRemovals).
 func (e *Env) Take(ctx context.Context) (*Snapshot, error) {
+	e.settleRemovals(ctx)
 	s := &Snapshot{Pods: map[string]runtimeapi.PodSandboxState{}, Containers: map[string]runtimeapi.ContainerState{},
 		Units: map[string]string{}, CNIIPs: map[string]string{}}
 	pl, err := e.P.Runtime.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
@@ -370,9 +413,12 @@ func (e *Env) takeNode(s *Snapshot) error {
 	}
 	if ents, err := os.ReadDir(filepath.Join(e.H.StateDir, "containers")); err == nil {
 		for _, d := range ents {
-			s.Records = append(s.Records, "ctr/"+d.Name())
+			if d.Name() != ".trash" {
+				s.Records = append(s.Records, "ctr/"+d.Name())
+			}
 		}
 	}
+	s.Trash = e.trash()
 	sort.Strings(s.Mounts)
 	return nil
 }
@@ -542,6 +588,9 @@ func (s *Snapshot) Empty() []string {
 	}
 	for _, r := range s.Records {
 		v = append(v, "record "+r)
+	}
+	for _, r := range s.Trash {
+		v = append(v, "trash entry "+r+" (deferred removal not finished)")
 	}
 	return v
 }
