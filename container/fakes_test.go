@@ -278,7 +278,7 @@ func (l *fakeLogs) Flush(ctx context.Context, id string) error {
 }
 
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	m      *Manager
 	sd     *systemdtest.Fake
 	imgs   *fakeImages
@@ -294,7 +294,7 @@ type env struct {
 
 // newEnv builds a manager on fakes. The fake systemd plays ExecStopPost:
 // stopping a unit writes the exit record a SIGTERMed init leaves.
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	dir := t.TempDir()
 	e := &env{t: t, sd: systemdtest.New(), rt: &fakeRuntime{}, logDir: filepath.Join(dir, "logs"), logs: &fakeLogs{}}

@@ -26,7 +26,7 @@ type procEnv struct {
 	proc string
 }
 
-func newProcEnv(t *testing.T) *procEnv {
+func newProcEnv(t testing.TB) *procEnv {
 	e := &procEnv{env: newEnv(t), proc: filepath.Join(t.TempDir(), "proc")}
 	e.m.procRoot = e.proc
 	e.sd.StartFunc = func(u *systemdtest.Unit) systemd.JobResult {
@@ -424,5 +424,51 @@ func TestVerboseStatusReadsOnlyWhatItUses(t *testing.T) {
 		if len(r) == 0 {
 			t.Errorf("a status read asked systemd for every property: %q", e.sd.PropertyReads[n:])
 		}
+	}
+}
+
+// BenchmarkVerboseStatus is critest's StatusContainer (verbose) of a
+// running container, on fakes: podunit's own cost without gRPC.
+func BenchmarkVerboseStatus(b *testing.B) {
+	e := newProcEnv(b)
+	id := e.started("app")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := e.m.Status(ctx, id, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// The verbose info carries the bundle's spec as written, inside one valid
+// JSON object; a config.json that is not a JSON object is left out.
+func TestVerboseInfoRuntimeSpec(t *testing.T) {
+	e := newProcEnv(t)
+	id := e.started("app")
+	read := func() map[string]json.RawMessage {
+		t.Helper()
+		_, info, err := e.m.Status(ctx, id, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(info["info"]), &v); err != nil {
+			t.Fatalf("info is not JSON: %v\n%s", err, info["info"])
+		}
+		return v
+	}
+	v := read()
+	var spec struct{ OCIVersion string }
+	if err := json.Unmarshal(v["runtimeSpec"], &spec); err != nil || spec.OCIVersion == "" {
+		t.Fatalf("runtimeSpec %s: %v", v["runtimeSpec"], err)
+	}
+	if string(v["id"]) != `"`+id+`"` || v["pid"] == nil {
+		t.Errorf("info %v", v)
+	}
+	if err := os.WriteFile(filepath.Join(e.m.bundleDir(id), "config.json"), []byte(`{"ociVersion": "1.`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if v := read(); v["runtimeSpec"] != nil {
+		t.Errorf("a torn config.json was shown: %s", v["runtimeSpec"])
 	}
 }

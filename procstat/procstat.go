@@ -6,10 +6,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/podunit/podunit/rawfile"
 )
 
 // Stat is the part of /proc/<pid>/stat podunit uses. Field numbers are
@@ -32,12 +33,16 @@ var ErrMalformed = errors.New("malformed /proc/<pid>/stat")
 // Read reads and parses the stat of pid under procRoot ("/proc" unless
 // a test or another PID namespace's /proc says otherwise).
 func Read(procRoot string, pid int) (Stat, error) {
-	b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
+	b, err := rawfile.Read(filepath.Join(procRoot, strconv.Itoa(pid), "stat"), statMax)
 	if err != nil {
 		return Stat{}, err
 	}
 	return Parse(b)
 }
+
+// statMax bounds a stat line: 52 fields of at most 20 digits and a
+// 16-byte comm.
+const statMax = 2048
 
 // Parse parses "pid (comm) state ppid ...". comm is chosen by the process
 // and may hold spaces and parentheses, so it ends at the last ')'.

@@ -2,8 +2,13 @@ package procstat
 
 import (
 	"errors"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/podunit/podunit/rawfile"
 )
 
 func TestParse(t *testing.T) {
@@ -37,8 +42,20 @@ func TestReadSelf(t *testing.T) {
 	if err != nil || s.Exited() || s.Start == 0 || s.PID != os.Getpid() || s.PPID != os.Getppid() {
 		t.Errorf("own stat: %+v %v", s, err)
 	}
-	if _, err := Read("/proc", -1); err == nil {
-		t.Error("stat of pid -1 read")
+	if _, err := Read("/proc", -1); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("stat of pid -1: %v, want not-exist (callers tell a gone process by it)", err)
+	}
+	// a file longer than any stat line is refused, not truncated
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "7"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	long := "7 (x) S 1 7 7 0 -1 " + strings.Repeat("0 ", statMax)
+	if err := os.WriteFile(filepath.Join(dir, "7", "stat"), []byte(long), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Read(dir, 7); !errors.Is(err, rawfile.ErrTooLarge) {
+		t.Errorf("oversized stat: %v, want ErrTooLarge", err)
 	}
 }
 
