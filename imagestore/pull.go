@@ -141,6 +141,13 @@ func (s *Store) pull(ctx context.Context, named reference.Named, creds credentia
 	if err != nil {
 		return "", storageErr("finding pulled image "+named.String(), err)
 	}
+	// The kubelet asks ImageStatus and creates a container right after a
+	// pull; reading the config here keeps that read off both calls (a
+	// status with a cold cache opened the image in storage: manifest,
+	// config and sizes, about 0.4 ms of critest's StatusImage).
+	if _, err := s.config(ctx, img.ID); err != nil {
+		log.WarnContext(ctx, "reading the pulled image's config", "id", img.ID, "err", err)
+	}
 	log.InfoContext(ctx, "pulled image", "id", img.ID, "duration", time.Since(start).Round(time.Millisecond))
 	return img.ID, nil
 }

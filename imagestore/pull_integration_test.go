@@ -46,6 +46,10 @@ func TestPullStatusListRemove(t *testing.T) {
 		t.Fatalf("three tags of one image gave IDs %q", ids)
 	}
 	id := ids[0]
+	// warmed by the pull, so the status and create after it read no config
+	if _, ok := s.configs.Load(id); !ok {
+		t.Fatalf("the pull left image %s's config uncached", id)
+	}
 
 	img, verbose, err := s.Status(ctx, tagsImage+":1")
 	if err != nil {
