@@ -34,8 +34,9 @@
 #                   podunit change; the table then has no ratios)
 #   CONTAINERD2_VERSION, CONTAINERD2_CACHE  see test/bench/build-containerd2.sh
 #
-# Layout: one harness (test/harness/podunit-harness.sh, --host-net --net-rw)
-# runs podunit.service, bench-containerd.service (containerd 1.6.20 with the
+# Layout: one harness (test/harness/podunit-harness.sh, --host-net --net-rw
+# --run-tmpfs: its /run a tmpfs as on a node, where podunit keeps storage's
+# run root and the containerds their state) runs podunit.service, bench-containerd.service (containerd 1.6.20 with the
 # CRI plugin, runc, SystemdCgroup = true) and bench-containerd2.service
 # (containerd 2.4.2, config version 3, its CRI plugins, the same runc binary
 # and options; its own root, state and socket, and its own shim binary). All
@@ -298,7 +299,7 @@ kubelet_binds=()
 [[ -z $KUBELET ]] || kubelet_binds=(--bind "${KUBELET%/*}" --bind "$BASE/kubelet:/var/lib/kubelet"
 	--bind "$BASE/manifests:/etc/kubernetes/manifests" --bind "$BASE/kcfg:/etc/kubelet-bench")
 # 9>&-: a harness kept with KEEP=1 must not hold the critest lock
-bash "$HARNESS" start "$D" --host-net --net-rw --bind "$REPO" --bind "$BASE/cni" --bind "$BASE/certs.d" \
+bash "$HARNESS" start "$D" --host-net --net-rw --run-tmpfs --bind "$REPO" --bind "$BASE/cni" --bind "$BASE/certs.d" \
 	--bind "$BASE/pulib:/var/lib/podunit" --bind "$BASE/ctrd:/var/lib/bench-containerd" \
 	--bind "$BASE/ctrd2:/var/lib/bench-containerd2" --bind "$CTRD2_DIR" \
 	--bind "$BASE/pods:/var/log/pods" --bind "$BASE/etc:/etc/podunit" --bind "$LOGROOT" "${kubelet_binds[@]}" >"$BASE/env" 9>&-

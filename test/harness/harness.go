@@ -65,6 +65,8 @@ type Options struct {
 	// SharedBinds are host directories bound in at the same path with mount
 	// propagation in both directions (see --shared-bind in the script).
 	SharedBinds []string
+	// RunTmpfs makes the harness' /run a tmpfs, as on a node (--run-tmpfs).
+	RunTmpfs bool
 }
 
 // Harness is one booted systemd. Fields are host paths unless named Inside.
@@ -146,6 +148,9 @@ func Start(t testing.TB, opts Options) *Harness {
 	}
 	if opts.HostIPC {
 		args = append(args, "--host-ipc")
+	}
+	if opts.RunTmpfs {
+		args = append(args, "--run-tmpfs")
 	}
 	t.Cleanup(h.teardown)
 	if opts.HostNet {

@@ -117,3 +117,28 @@ func TestHarnessSharedBindPropagatesBothWays(t *testing.T) {
 		t.Fatalf("mounts under %s left on the host after stop:\n%s", dir, mi)
 	}
 }
+
+func TestHarnessRunTmpfs(t *testing.T) {
+	var h *Harness
+	t.Run("harness", func(t *testing.T) {
+		h = Start(t, Options{RunTmpfs: true})
+		if fs := strings.TrimSpace(h.MustExec("stat", "-f", "-c", "%T", "/run")); fs != "tmpfs" {
+			t.Fatalf("/run in the harness is %q, want tmpfs", fs)
+		}
+		// the host still reaches what is made inside (the bus socket, podunit's)
+		h.MustExec("sh", "-c", "echo inside > /run/run-tmpfs-probe")
+		if b, err := os.ReadFile(h.RunDir() + "/run-tmpfs-probe"); err != nil || string(b) != "inside\n" {
+			t.Fatalf("host view of the harness' /run: %q, %v", b, err)
+		}
+	})
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mi), " "+h.Dir) {
+		t.Fatalf("mounts under %s left on the host after stop:\n%s", h.Dir, mi)
+	}
+	if _, err := os.Stat(h.Dir); !os.IsNotExist(err) {
+		t.Fatalf("harness directory %s left after stop: %v", h.Dir, err)
+	}
+}

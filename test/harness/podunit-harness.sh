@@ -7,7 +7,7 @@
 # copy-on-write view of the host root, so tests get a real manager in ~0.5 s and
 # throw it away in ~0.2 s. Go tests drive it through test/harness (harness.go).
 #
-#   start DIR [--bind SRC[:DST]]... [--shared-bind DIR]... [--host-net] [--host-ipc] [--net-rw]
+#   start DIR [--bind SRC[:DST]]... [--shared-bind DIR]... [--host-net] [--host-ipc] [--net-rw] [--run-tmpfs]
 #             [--unified] [--timeout SEC]
 #       boot; prints `KEY=value` lines (see `env`) once SystemState is
 #       running/degraded. DIR must not exist (a dir left by a crashed run is
@@ -32,6 +32,10 @@
 #                     create SysV segments on the host and look for them in pods).
 #         --unified   cgroup2 only (no usable controllers on a v1-hybrid host:
 #                     limits are accepted but not enforced).
+#         --run-tmpfs DIR/run (the harness' /run) is a tmpfs, as /run is on a
+#                     node, instead of a directory on DIR's disk: what runtimes
+#                     keep there (state, storage's run root) costs no syncs.
+#                     Mounted on the host, unmounted by stop (its contents go).
 #   stop DIR      poweroff (SIGRTMIN+4), SIGKILL after $STOP_TIMEOUT s (15),
 #                 remove the harness cgroups, then DIR; non-zero if anything stays.
 #   exec DIR CMD...  run CMD in the harness' namespaces (systemctl, systemd-run,
@@ -304,7 +308,7 @@ do_stop() {
 
 do_start() {
   local D=$1; shift
-  local MODE=hybrid HOST_NET=0 HOST_IPC=0 NET_RW=0 TIMEOUT=30 BINDS="" SHARED=""
+  local MODE=hybrid HOST_NET=0 HOST_IPC=0 NET_RW=0 RUN_TMPFS=0 TIMEOUT=30 BINDS="" SHARED=""
   while [ $# -gt 0 ]; do
     case $1 in
       --bind) [ $# -ge 2 ] || die "--bind needs an argument"
@@ -316,6 +320,7 @@ do_start() {
       --host-net) HOST_NET=1; shift ;;
       --host-ipc) HOST_IPC=1; shift ;;
       --net-rw) NET_RW=1; shift ;;
+      --run-tmpfs) RUN_TMPFS=1; shift ;;
       --shared-bind) [ $# -ge 2 ] || die "--shared-bind needs an argument"
               src=$(realpath -e "$2") || die "no such path: $2"; [ -d "$src" ] || die "--shared-bind: not a directory: $2"
               case "$src" in *' '*) die "bind paths must not contain spaces";; esac
@@ -352,6 +357,10 @@ do_start() {
   [ "$NET_RW" = 0 ] || [ "$HOST_NET" = 1 ] || die "--net-rw only makes sense with --host-net"
   local propagation=private p
   : > "$D/shared"
+  if [ "$RUN_TMPFS" = 1 ]; then   # stop unmounts it with the shared-bind points
+    mount -n -t tmpfs -o mode=755,nosuid,nodev podunit-harness-run "$D/run" && echo "$D/run" >> "$D/shared" \
+      || die "--run-tmpfs: mounting a tmpfs on $D/run failed"
+  fi
   for p in $SHARED; do   # a shared mount point on the host, removed again by stop
     mount -n --bind "$p" "$p" && echo "$p" >> "$D/shared" && mount -n --make-shared "$p" || die "--shared-bind $p failed"
     propagation=unchanged

@@ -43,7 +43,8 @@ func (r *run) render(b *strings.Builder, command string) {
 	} {
 		w("| %s | %s |\n", k.label, mdEscape(m[k.key]))
 	}
-	w("\nCommand: `%s` — boots one systemd harness (test/harness/podunit-harness.sh, host network) "+
+	w("\nCommand: `%s` — boots one systemd harness (test/harness/podunit-harness.sh, host network, "+
+		"its /run a tmpfs as on a node: podunit's storage run root and the containerds' state live there) "+
 		"running podunit.service and the two reference containerds (see References) as transient services; "+
 		"all use the same CNI conflist (test/cni's bridge + host-local + portmap, bridge "+
 		"renamed pu-bench0 on 10.215.0.0/16 so a concurrent critest run cannot collide) and pull from the same local "+
