@@ -96,13 +96,27 @@ func (m *Manager) refreshStatusLocked(ctx context.Context, c *ctr) {
 	m.refreshLocked(ctx, c, "")
 }
 
-// unitGone reports whether systemd has no unit of that name loaded, so
-// stopping and resetting it would do nothing. Listing by name does not
-// make systemd load a stub the way a property read or a stop does. Any
-// error or listed unit (even a not-found stub) means "not known gone".
-func (m *Manager) unitGone(ctx context.Context, unit string) bool {
+// unitCleanup is what Remove must do about a container's unit, from one
+// listing (by name: unlike a property read or a stop, it makes systemd
+// load no stub). Not loaded: nothing. Loaded but stopped (inactive or
+// failed, as right after a StopContainer, before systemd collects it):
+// only a reset-failed, after which CollectMode=inactive-or-failed unloads
+// it; a kill and a stop job would find nothing to stop. Anything else,
+// an error included: the full kill, stop and reset.
+func (m *Manager) unitCleanup(ctx context.Context, unit string) (stop, reset bool) {
 	units, err := m.sd.ListUnits(ctx, unit)
-	return err == nil && len(units) == 0
+	switch {
+	case err != nil:
+		return true, true
+	case len(units) == 0:
+		return false, false
+	}
+	for _, u := range units {
+		if u.Name == unit && u.LoadState == "loaded" && (u.ActiveState == "inactive" || u.ActiveState == "failed") && u.JobId == 0 {
+			return false, true
+		}
+	}
+	return true, true
 }
 
 // stateDirRuntime is a Runtime that can tell where it keeps a container's

@@ -2,6 +2,7 @@ package container
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -316,29 +317,51 @@ func TestRemoveOfCollectedExitedContainer(t *testing.T) {
 }
 
 func TestRemoveKeepsFullPathWhenInDoubt(t *testing.T) {
-	e, rt := newRootEnv(t)
-	// The unit is still loaded (failed, not collected) and the runtime
-	// still has state: both get cleaned up.
-	id := e.started("app")
-	e.sd.Units[unitName(id)].ActiveState = "failed"
-	e.writeExit(id, &exitrec.Record{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1", FinishedAt: time.Now().UnixNano()})
-	if err := os.MkdirAll(filepath.Join(rt.root, id), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	e.status(id)
-	n := len(e.sd.Calls)
-	if err := e.m.Remove(ctx, id); err != nil {
-		t.Fatal(err)
-	}
-	got := e.callsSince(n)
-	if !contains(got, "stop "+unitName(id)) || !contains(got, "reset-failed "+unitName(id)) {
-		t.Errorf("loaded unit not stopped and reset: %q", got)
-	}
-	if len(e.rt.deleted) != 1 || e.rt.deleted[0] != id {
-		t.Errorf("runtime state not deleted: %q", e.rt.deleted)
-	}
-	if _, ok := e.sd.Units[unitName(id)]; ok {
-		t.Error("unit left")
+	// The unit is still loaded (not collected) and the runtime still has
+	// state: both get cleaned up. A stopped unit needs only a reset (its
+	// collection follows); one still stopping, or a failed listing, gets
+	// the kill and the stop job too.
+	for _, tc := range []struct {
+		state     string
+		listFails bool
+		stop      bool
+	}{
+		{state: "failed"},
+		{state: "inactive"},
+		{state: "deactivating", stop: true},
+		{state: "failed", listFails: true, stop: true},
+	} {
+		t.Run(fmt.Sprintf("%s/listfails=%v", tc.state, tc.listFails), func(t *testing.T) {
+			e, rt := newRootEnv(t)
+			id := e.started("app")
+			e.writeExit(id, &exitrec.Record{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1", FinishedAt: time.Now().UnixNano()})
+			if err := os.MkdirAll(filepath.Join(rt.root, id), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			// the record settles as exited; the unit is then in tc.state
+			e.sd.Units[unitName(id)].ActiveState = "failed"
+			if st := e.status(id); st.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+				t.Fatalf("status %v", st.State)
+			}
+			e.sd.Units[unitName(id)].ActiveState = tc.state
+			if tc.listFails {
+				e.sd.FailOn = map[string]error{"list": errors.New("bus gone")}
+			}
+			n := len(e.sd.Calls)
+			if err := e.m.Remove(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			got := e.callsSince(n)
+			if contains(got, "stop "+unitName(id)) != tc.stop || !contains(got, "reset-failed "+unitName(id)) {
+				t.Errorf("calls %q; want a stop job: %v, a reset: true", got, tc.stop)
+			}
+			if len(e.rt.deleted) != 1 || e.rt.deleted[0] != id {
+				t.Errorf("runtime state not deleted: %q", e.rt.deleted)
+			}
+			if _, ok := e.sd.Units[unitName(id)]; ok {
+				t.Error("unit left")
+			}
+		})
 	}
 }
 

@@ -509,12 +509,15 @@ func (m *Manager) Remove(ctx context.Context, id string) error {
 	}
 	r := c.rec
 	// An exited container's unit is usually collected already (systemd
-	// drops it once ExecStopPost is done): then stop and reset-failed
-	// have nothing to do, and one listing is cheaper than both.
-	if !m.unitGone(ctx, r.Unit) {
+	// drops it once ExecStopPost is done), or stopped and about to be:
+	// one listing is cheaper than the kill, stop and reset it may spare.
+	stop, reset := m.unitCleanup(ctx, r.Unit)
+	if stop {
 		if err := m.forceStopUnit(ctx, r.Unit); err != nil {
 			return fmt.Errorf("remove container %s: unit: %w", id, err)
 		}
+	}
+	if reset {
 		if err := m.sd.ResetFailedUnit(ctx, r.Unit); err != nil {
 			return fmt.Errorf("remove container %s: unit: %w", id, err)
 		}

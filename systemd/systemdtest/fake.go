@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/podunit/podunit/errdefs"
@@ -33,6 +34,9 @@ type Fake struct {
 	// answer (the unit's state is left as it was).
 	FreezeErr, ThawErr error
 	Down               bool // every call fails with ErrUnavailable
+	// FailOn makes a call fail with the error under its verb ("list",
+	// "stop", "reset-failed", ... as recorded in Calls).
+	FailOn map[string]error
 	// PropertyReads are the names of every UnitProperties call, in order
 	// (nil: all of the unit's properties).
 	PropertyReads [][]string
@@ -48,7 +52,8 @@ func (f *Fake) record(s string) error {
 	if f.Down {
 		return fmt.Errorf("fake systemd down: %w", errdefs.ErrUnavailable)
 	}
-	return nil
+	verb, _, _ := strings.Cut(s, " ")
+	return f.FailOn[verb]
 }
 
 func (f *Fake) StartTransientUnit(ctx context.Context, name string, props []systemd.Property) error {
@@ -115,7 +120,9 @@ func (f *Fake) ResetFailedUnit(ctx context.Context, name string) error {
 	if err := f.record("reset-failed " + name); err != nil {
 		return err
 	}
-	if u, ok := f.Units[name]; ok && u.ActiveState == "failed" {
+	// reset-failed leaves a stopped unit inactive, and systemd collects
+	// it (CollectMode=inactive-or-failed, as podunit's units have).
+	if u, ok := f.Units[name]; ok && (u.ActiveState == "failed" || u.ActiveState == "inactive") {
 		delete(f.Units, name)
 	}
 	return nil
