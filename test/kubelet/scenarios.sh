@@ -209,6 +209,13 @@ scenario_readiness() {
 	fi
 }
 
+newest_crash_log() { ls -v "$PODLOGS"/default_crash-"$NODE"_*/crasher/*.log 2>/dev/null | tail -n1; }
+newest_crash_log_complete() {
+	local last
+	last=$(newest_crash_log)
+	[[ -n $last ]] && grep -q ' stdout F crashing$' "$last" && grep -q ' stderr F going down$' "$last"
+}
+
 scenario_crashloop() {
 	scenario_start
 	ensure_pod crash
@@ -225,11 +232,13 @@ scenario_crashloop() {
 	wait_until 20 "exit codes of exited attempts" eval '[ "$(exited_codes crash crasher)" = 3 ]' &&
 		pass crashloop-cri-exitcodes ||
 		fail crashloop-cri-exitcodes "exit codes of exited attempts are '$(exited_codes crash crasher)', not 3"
-	# the kubelet keeps only the newest dead attempt, and its log file
-	local last
-	last=$(ls -v "$PODLOGS"/default_crash-"$NODE"_*/crasher/*.log 2>/dev/null | tail -n1)
-	check crashloop-log "the newest attempt's log '$last' lacks 'stdout F crashing' / 'stderr F going down'" \
-		eval "grep -q ' stdout F crashing\$' '$last' && grep -q ' stderr F going down\$' '$last'"
+	# the kubelet keeps only the newest dead attempt, and its log file. The
+	# newest file may be an attempt just created after the back-off that has
+	# not printed yet (CI at 89dbb5a read 3.log then): list again until the
+	# newest file has both lines; a log that loses them never passes.
+	wait_until 20 "the newest attempt's log" newest_crash_log_complete &&
+		pass crashloop-log ||
+		fail crashloop-log "the newest attempt's log '$(newest_crash_log)' lacks 'stdout F crashing' / 'stderr F going down'"
 	log "crash: restartCount=$(restart_count crash crasher) attempts: $(ctrs crash crasher | awk '{print $2}' | paste -sd,)"
 }
 
