@@ -33,6 +33,15 @@ if complete; then
 	echo "$out"
 	exit 0
 fi
+# one build at a time (see build-kubelet.sh): a second caller waits for the
+# first and then finds the cache complete
+mkdir -p "$cache"
+exec {lock}>"$cache/.build.lock"
+flock "$lock"
+if complete; then
+	echo "$out"
+	exit 0
+fi
 
 command -v go >/dev/null || export PATH=/usr/local/go/bin:$PATH
 kubelet=$(KUBELET_VERSION=$version bash "$HERE/../kubelet/build-kubelet.sh" "$version")
@@ -40,7 +49,6 @@ kubelet=$(KUBELET_VERSION=$version bash "$HERE/../kubelet/build-kubelet.sh" "$ve
 # the project's GOFLAGS (build tags) mean nothing to kubernetes
 export GOFLAGS= GOWORK=off CGO_ENABLED=0
 staging_version=v0.${version#v1.}
-mkdir -p "$cache"
 work=$(mktemp -d "$cache/build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 

@@ -10,13 +10,25 @@
 #
 # Usage: build-kubelet.sh [VERSION]   (default v1.37.2; prints the binary path)
 # Env:   KUBELET_CACHE (default /var/cache/podunit-kubelet)
+#
+# Builds are serialized on $KUBELET_CACHE/.build.lock: `make test` starts one
+# in the background (test/prebuild.sh) and the stage that needs the kubelet
+# waits for it here instead of building a second copy beside it.
 set -euo pipefail
 
 version=${1:-${KUBELET_VERSION:-v1.37.2}}
 cache=${KUBELET_CACHE:-/var/cache/podunit-kubelet}
 out="$cache/kubelet-$version"
 
-if [[ -x $out ]] && "$out" --version 2>/dev/null | grep -qx "Kubernetes $version"; then
+cached() { [[ -x $out ]] && "$out" --version 2>/dev/null | grep -qx "Kubernetes $version"; }
+if cached; then
+	echo "$out"
+	exit 0
+fi
+mkdir -p "$cache"
+exec {lock}>"$cache/.build.lock"
+flock "$lock"
+if cached; then
 	echo "$out"
 	exit 0
 fi
@@ -26,7 +38,6 @@ command -v go >/dev/null || export PATH=/usr/local/go/bin:$PATH
 export GOFLAGS= GOWORK=off CGO_ENABLED=0
 
 staging_version=v0.${version#v1.}
-mkdir -p "$cache"
 work=$(mktemp -d "$cache/build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
@@ -57,7 +68,11 @@ go mod tidy >&2
 pkg=k8s.io/component-base/version
 ldflags="-s -w -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$(cut -d. -f2 <<<"$version") -X $pkg.gitTreeState=clean -X $pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 echo "build-kubelet: go build k8s.io/kubernetes/cmd/kubelet (several minutes on 2 cores)" >&2
-go build -trimpath -ldflags="$ldflags" -o "$work/kubelet" k8s.io/kubernetes/cmd/kubelet >&2
+# the release build's tags (hack/lib/golang.sh), which are also those of
+# e2e_node.test (test/conformance/build.sh): with the same tags the packages
+# both binaries share (grpc and all that imports it: most of pkg/kubelet) are
+# compiled once, not once per binary
+go build -trimpath -tags=selinux,notest,grpcnotrace -ldflags="$ldflags" -o "$work/kubelet" k8s.io/kubernetes/cmd/kubelet >&2
 "$work/kubelet" --version >&2
 mv "$work/kubelet" "$out"
 echo "$out"
