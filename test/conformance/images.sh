@@ -10,7 +10,7 @@
 # the suite (build.sh); its version is in AGNHOST.version. The table, and how
 # each stand-in differs from upstream, is in docs/conformance.md.
 #
-# Usage: images.sh AGNHOST [--list|--no-push]
+# Usage: images.sh AGNHOST [--list|--no-push|--stamp]
 # Environment: as test/critest/images.sh; the scratch directory defaults to
 #   /var/tmp/podunit-node-e2e-images (critest's stays untouched).
 set -euo pipefail
@@ -23,7 +23,7 @@ AGNHOST_VERSION=$(cat "$AGNHOST.version" 2>/dev/null) || die "no $AGNHOST.versio
 
 # the versions are those of test/utils/image/manifest.go in k8s.io/kubernetes v1.37.2
 NODE_E2E_TABLE=$(cat <<TABLE
-busybox           registry.k8s.io/e2e-test-images/busybox:1.37.0-2
+busybox-nmeter    registry.k8s.io/e2e-test-images/busybox:1.37.0-2
 agnhost           registry.k8s.io/e2e-test-images/agnhost:$AGNHOST_VERSION
 agnhost           registry.k8s.io/e2e-test-images/agnhost:2.55
 nginx             registry.k8s.io/e2e-test-images/nginx:1.27.0-2
@@ -69,6 +69,14 @@ node_e2e_trees() {
 	ln -s /bin/nc.openbsd "$t/usr/bin/nc" # before busybox's /bin/nc in PATH
 	echo "agnhost $AGNHOST_VERSION (k8s.io/kubernetes/test/images/agnhost, static Go), /agnhost-2, porter TLS pair, user-defined-in-image (1000) in group-defined-in-image (50000), curl $(deb_version curl), netcat-openbsd $(deb_version netcat-openbsd)" >"$t.desc"
 
+	# nmeter: busybox 1.37's applet, which Debian's busybox 1.35 lacks; the
+	# Containers Lifecycle specs time-stamp their log lines with it
+	# (src/nmeter.c: %t, %Nt and %% only)
+	t=$(new_tree nmeter)
+	mkdir -p "$t/bin"
+	cc_static "$t/bin/nmeter" "$CONF_DIR/src/nmeter.c" -ffile-prefix-map="$CONF_DIR"=.
+	echo "/bin/nmeter (src/nmeter.c, static): busybox nmeter's %t, %Nt, %%" >"$t.desc"
+
 	# glibc-dns-testing: upstream is debian:bookworm-slim + dnsutils; the
 	# specs run `sh -c 'echo $(hostname);$(hostname -f)'`: Debian's (glibc)
 	# hostname over the busybox applet
@@ -84,14 +92,26 @@ node_e2e_image() { # node_e2e_image KIND FIRST_REF: print the index digest
 		ExposedPorts: {"80/tcp": {}, "8080/tcp": {}, "8081/tcp": {}, "9376/tcp": {}, "5000/tcp": {}}}')" busybox agnhost ;;
 	# upstream nonewprivs 1.4: CMD ["nnp"], no USER (the kit's 1.3 has USER 1000)
 	nonewprivs-1.4)    make_image "$ref" "$(jq -cn --arg p "$PATH_ENV" '{Env: [$p], Cmd: ["nnp"]}')" busybox nonewprivs ;;
+	busybox-nmeter)    make_image "$ref" "$(cfg_sh)" busybox nmeter ;;
 	nonroot)           make_image "$ref" "$(cfg_sh_user 1234)" busybox ;;
 	glibc-dns-testing) make_image "$ref" "$(cfg_sh)" busybox glibc-dns-testing ;;
 	*)                 build_image "$kind" "$ref" ;;
 	esac
 }
 
+# node_e2e_stamp: what the pushed stand-ins are built from (these scripts, the
+# C sources, agnhost's version). images.sh tags the pause index with it as
+# STAMP_REPO:<stamp>, and run.sh builds the images again when that tag is
+# missing, so a changed stand-in reaches a registry that has older ones.
+STAMP_REPO=podunit/node-e2e-stand-ins
+node_e2e_stamp() {
+	cat "$CONF_DIR/images.sh" "$CONF_DIR"/src/*.c "$KIT_DIR/images.sh" "$KIT_DIR"/src/*.c <(echo "$AGNHOST_VERSION") |
+		sha256sum | cut -c1-16
+}
+
 node_e2e_main() {
 	local list=0 push=1
+	[[ ${2:-} == --stamp ]] && { node_e2e_stamp; return 0; }
 	[[ ${2:-} == --list ]] && list=1
 	[[ ${2:-} == --no-push ]] && push=0
 	init_arch
@@ -136,6 +156,9 @@ node_e2e_main() {
 		for r in $refs; do printf '%s %s %s\n' "$r" "$(local_path "$r")" "$digest" >>"$WORK/images.txt"; done
 	done <<<"$NODE_E2E_TABLE"
 	rm -f "$WORK"/tmp-*
+	# last, so the stamp exists only once every image is pushed
+	r=$(awk '$1 ~ /\/pause:/ {print $3; exit}' "$WORK/images.txt") # the smallest
+	printf '%s %s %s\n' "$STAMP_REPO:$(node_e2e_stamp)" "$STAMP_REPO:$(node_e2e_stamp)" "$r" >>"$WORK/images.txt"
 	((push)) || return 0
 
 	start_registry
@@ -157,7 +180,7 @@ node_e2e_selftest() {
 	mkdir -p "$root"
 	cp -a "$LAYERS/busybox/." "$root/"
 	# (a plain cp would write through /bin/hostname, a hard link of busybox)
-	cp -a --remove-destination "$LAYERS/agnhost/." "$LAYERS/glibc-dns-testing/." "$root/"
+	cp -a --remove-destination "$LAYERS/agnhost/." "$LAYERS/glibc-dns-testing/." "$LAYERS/nmeter/." "$root/"
 	in_root() {
 		unshare --mount --pid --fork --mount-proc="$root/proc" /bin/sh -c \
 			'mount --rbind /dev "$1/dev" && exec chroot "$1" /bin/sh -c "$2"' _ "$root" "$1"
@@ -172,6 +195,9 @@ node_e2e_selftest() {
 	[[ $out == "1000 50000" ]] || die "selftest: user-defined-in-image has groups '$out'"
 	out=$(in_root 'hostname >/dev/null && hostname --version 2>&1 | head -n 1') || die "selftest: hostname failed"
 	[[ $out == "hostname "[0-9]* ]] || die "selftest: /bin/hostname is not Debian's hostname: $out"
+	# the Containers Lifecycle specs' time stamp (container_lifecycle_pod_construction.go)
+	out=$(in_root 'date -u +%FT$(nmeter -d0 '"'%3t'"' | head -n1)Z') || die "selftest: nmeter failed: $out"
+	[[ $out =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$ ]] || die "selftest: the nmeter time stamp is '$out'"
 	rm -rf "$root"
 	log "selftest of the node e2e layer trees passed"
 }
