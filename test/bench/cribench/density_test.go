@@ -181,3 +181,41 @@ func TestDaemonAgeYoungest(t *testing.T) {
 		}
 	}
 }
+
+// podunit's own processes are told apart by subcommand, and the table says
+// how each one's RSS moved: the relay's and session server's memory does not
+// follow podunit's.
+func TestDaemonRSSSplit(t *testing.T) {
+	mk := func(pid int, comm, cmdline string, rss int64) proc {
+		return proc{PID: pid, Start: 1, Comm: comm, Cmdline: []byte(cmdline), RSS: rss}
+	}
+	snap := func(procs ...proc) map[procKey]proc {
+		m := map[procKey]proc{}
+		for _, p := range procs {
+			m[procKey{p.PID, p.Start}] = p
+		}
+		return m
+	}
+	spec := daemonSpec{Comm: "podunit"}
+	base := densityPoint(0, nil, snap(
+		mk(10, "podunit", "podunit\x00serve\x00--config\x00x\x00", 60000),
+		mk(11, "podunit", "podunit\x00_stream\x00", 20000),
+		mk(12, "podunit-logrela", "podunit-logrelay\x00_logrelay\x00", 30000),
+	), 1, spec)
+	last := densityPoint(100, nil, snap(
+		mk(10, "podunit", "podunit\x00serve\x00--config\x00x\x00", 70000),
+		mk(11, "podunit", "podunit\x00_stream\x00", 20000),
+		mk(12, "podunit-logrela", "podunit-logrelay\x00_logrelay\x00", 45000),
+	), 1, spec)
+	if base.DaemonRSS != 110000 || base.DaemonRSSBy["podunit serve"] != 60000 || base.DaemonRSSBy["podunit _stream"] != 20000 {
+		t.Fatalf("baseline split %v (sum %d)", base.DaemonRSSBy, base.DaemonRSS)
+	}
+	got := rssSplit([]DensityPoint{base, last})
+	want := "`podunit _stream` 20000 → 20000 KiB (+0), `podunit serve` 60000 → 70000 KiB (+10000), `podunit-logrela _logrelay` 30000 → 45000 KiB (+15000)"
+	if got != want {
+		t.Errorf("split:\n got %s\nwant %s", got, want)
+	}
+	if s := rssSplit([]DensityPoint{{DaemonRSSBy: map[string]int64{"containerd --config": 1}}, {DaemonRSSBy: map[string]int64{"containerd --config": 2}}}); s != "" {
+		t.Errorf("one process needs no split, got %q", s)
+	}
+}

@@ -116,6 +116,10 @@ type DensityPoint struct {
 	DaemonPSS      int64          `json:"daemon_pss_kib"`
 	JournaldRSS    int64          `json:"journald_rss_kib"`
 	DBusRSS        int64          `json:"dbus_rss_kib"`
+	// DaemonRSSBy splits DaemonRSS by process (procLabel): podunit's
+	// daemon, log relay and session server are separate processes whose
+	// memory moves for different reasons.
+	DaemonRSSBy map[string]int64 `json:"daemon_rss_by_kib,omitempty"`
 }
 
 // stableSnapshot keeps the processes seen in two snapshots a second apart:
@@ -176,6 +180,17 @@ func (d daemonSpec) ownProcess(p proc) bool {
 	return false
 }
 
+// procLabel names a process by its comm and first argument ("podunit
+// serve", "podunit _stream", "podunit-logrela _logrelay"): the runtime's own
+// processes share a binary and differ by their subcommand.
+func procLabel(p proc) string {
+	args := strings.Split(strings.TrimSuffix(string(p.Cmdline), "\x00"), "\x00")
+	if len(args) > 1 && args[1] != "" {
+		return p.Comm + " " + args[1]
+	}
+	return p.Comm
+}
+
 func densityPoint(count int, base, now map[procKey]proc, pid1 int, daemon daemonSpec) DensityPoint {
 	d := DensityPoint{Count: count, HarnessProcs: len(now), OverheadComms: map[string]int{}}
 	for k, p := range now {
@@ -187,6 +202,10 @@ func densityPoint(count int, base, now map[procKey]proc, pid1 int, daemon daemon
 		case daemon.ownProcess(p):
 			d.DaemonRSS += p.RSS
 			d.DaemonPSS += p.PSS
+			if d.DaemonRSSBy == nil {
+				d.DaemonRSSBy = map[string]int64{}
+			}
+			d.DaemonRSSBy[procLabel(p)] += p.RSS
 		case p.Comm == "systemd-journal":
 			d.JournaldRSS += p.RSS
 		case p.Comm == "dbus-daemon":

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -442,7 +443,7 @@ func (r *run) renderDensity(w writer) {
 	w("\n## Host overhead per running container (test/bench/cribench density)\n\n")
 	w("Two pod shapes, each measured in a run of its own: pods of one `sleep` container, and pods of three (fair to " +
 		"containerd, whose shim serves every container of its pod). Before each run bench.sh restarts the runtime's " +
-		"daemon, so that the baseline is a freshly started daemon's and not one grown by the figures before (its age at " +
+		"daemon (podunit's with its log relay and session server), so that the baseline is a freshly started daemon's and not one grown by the figures before (its age at " +
 		"the baseline is given under each table when the run recorded it). Pods are started two at a time up to each " +
 		"count of pods in the table; 5 s settle, then the processes of the harness are read twice 1 s apart (only " +
 		"processes present both times count). " +
@@ -452,8 +453,9 @@ func (r *run) renderDensity(w writer) {
 		"runtime's own long-lived processes' RSS) / running containers (pods × containers per pod); the targets use the " +
 		"PSS figure. The runtime's own processes are those " +
 		"running the daemon's binary at the baseline: the containerd under test (the one started with its own config file; " +
-		"the other containerd is idle in the harness meanwhile); podunit and its node-wide log relay (`podunit _logrelay`, " +
-		"the same binary), whose RSS is summed in the last column.\n")
+		"the other containerd is idle in the harness meanwhile); podunit, its node-wide log relay (`podunit-logrelay`) " +
+		"and its session server (`podunit _stream`), whose RSS is summed in the last column and split by process " +
+		"under each table.\n")
 	for _, n := range densityShapes {
 		r.renderDensityShape(w, n)
 	}
@@ -464,12 +466,15 @@ func (r *run) renderDensity(w writer) {
 func (r *run) renderDensityShape(w writer, n int) {
 	w("\n### %s\n\n", shapeLabel(n))
 	w("| runtime | pods | containers | other processes | their RSS | their PSS | PID 1 RSS Δ | journald RSS Δ | dbus RSS Δ | runtime RSS Δ | memory per container (RSS / PSS) | runtime RSS |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n")
-	var ages []string
+	var ages, split []string
 	for _, rt := range runtimes {
 		res := r.densityResult(rt, n)
 		if res == nil || len(res.Density) == 0 {
 			w("| %s | | | %s | | | | | | | | |\n", r.label(rt), r.missing(densityFig(n), rt))
 			continue
+		}
+		if s := rssSplit(res.Density); s != "" {
+			split = append(split, fmt.Sprintf("%s: %s", r.label(rt), s))
 		}
 		age := "not recorded"
 		if a := res.Params["daemon_age_s"]; a != "" {
@@ -491,6 +496,34 @@ func (r *run) renderDensityShape(w writer, n int) {
 	if len(ages) > 0 {
 		w("\nThe daemon's age at the 0-pod baseline: %s.\n", strings.Join(ages, ", "))
 	}
+	if len(split) > 0 {
+		w("\nThe runtime's RSS by process, at the 0-pod baseline → the largest count: %s.\n", strings.Join(split, "; "))
+	}
+}
+
+// rssSplit describes each of the runtime's own processes' RSS at the first
+// and last point, for results that recorded the split and have more than one
+// such process.
+func rssSplit(d []DensityPoint) string {
+	b, l := d[0], d[len(d)-1]
+	if len(l.DaemonRSSBy) < 2 && len(b.DaemonRSSBy) < 2 {
+		return ""
+	}
+	var names []string
+	for k := range b.DaemonRSSBy {
+		names = append(names, k)
+	}
+	for k := range l.DaemonRSSBy {
+		if _, ok := b.DaemonRSSBy[k]; !ok {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	var parts []string
+	for _, k := range names {
+		parts = append(parts, fmt.Sprintf("`%s` %d → %d KiB (%+d)", k, b.DaemonRSSBy[k], l.DaemonRSSBy[k], l.DaemonRSSBy[k]-b.DaemonRSSBy[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func parenComms(m map[string]int) string {
