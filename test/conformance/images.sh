@@ -69,9 +69,11 @@ node_e2e_trees() {
 	ln -s /bin/nc.openbsd "$t/usr/bin/nc" # before busybox's /bin/nc in PATH
 	echo "agnhost $AGNHOST_VERSION (k8s.io/kubernetes/test/images/agnhost, static Go), /agnhost-2, porter TLS pair, user-defined-in-image (1000) in group-defined-in-image (50000), curl $(deb_version curl), netcat-openbsd $(deb_version netcat-openbsd)" >"$t.desc"
 
-	# nmeter: busybox 1.37's applet, which Debian's busybox 1.35 lacks; the
-	# Containers Lifecycle specs time-stamp their log lines with it
-	# (src/nmeter.c: %t, %Nt and %% only)
+	# nmeter: busybox 1.37's (and alpine's, agnhost's base) applet, which
+	# Debian's busybox 1.35 lacks; the Containers Lifecycle specs time-stamp
+	# their log lines with it, in busybox and in agnhost containers (the
+	# image-update specs switch one to the other) (src/nmeter.c: %t, %Nt and
+	# %% only)
 	t=$(new_tree nmeter)
 	mkdir -p "$t/bin"
 	cc_static "$t/bin/nmeter" "$CONF_DIR/src/nmeter.c" -ffile-prefix-map="$CONF_DIR"=.
@@ -89,7 +91,7 @@ node_e2e_image() { # node_e2e_image KIND FIRST_REF: print the index digest
 	local kind=$1 ref=$2
 	case $kind in
 	agnhost)           make_image "$ref" "$(jq -cn --arg p "$PATH_ENV" '{Env: [$p], Entrypoint: ["/agnhost"], Cmd: ["pause"],
-		ExposedPorts: {"80/tcp": {}, "8080/tcp": {}, "8081/tcp": {}, "9376/tcp": {}, "5000/tcp": {}}}')" busybox agnhost ;;
+		ExposedPorts: {"80/tcp": {}, "8080/tcp": {}, "8081/tcp": {}, "9376/tcp": {}, "5000/tcp": {}}}')" busybox agnhost nmeter ;;
 	# upstream nonewprivs 1.4: CMD ["nnp"], no USER (the kit's 1.3 has USER 1000)
 	nonewprivs-1.4)    make_image "$ref" "$(jq -cn --arg p "$PATH_ENV" '{Env: [$p], Cmd: ["nnp"]}')" busybox nonewprivs ;;
 	busybox-nmeter)    make_image "$ref" "$(cfg_sh)" busybox nmeter ;;
