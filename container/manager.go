@@ -412,7 +412,7 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 		ID: id, PodID: podID, Metadata: cfg.GetMetadata(), Config: cfg,
 		PodName: md.GetName(), PodNamespace: md.GetNamespace(), PodUID: md.GetUid(),
 		Unit: unit, Slice: pod.Slice, Handler: rt.Name(),
-		ImageID: img.ID, ImageRef: imageRef(img), ImageName: cfg.GetImage().GetImage(), RepoDigests: img.RepoDigests,
+		ImageID: img.ID, ImageRef: imageRef(img), ImageName: imageName(cfg.GetImage().GetImage(), img), RepoDigests: img.RepoDigests,
 		StopSignal: sig, User: user, LogPath: lp, Resources: cfg.GetLinux().GetResources(),
 		State: StateCreated, CreatedAt: time.Now().UnixNano(), Restore: restore != "",
 	}
@@ -475,6 +475,17 @@ func (m *Manager) mountImageVolumes(ctx context.Context, id string, cfg *runtime
 // imageRef is the legacy ContainerStatus.image_ref: the repo digest when
 // there is one (what the kubelet shows as the pod's imageID), the image ID
 // otherwise, in the form PullImage returns it.
+// imageName is the name a container records for its image when the request
+// gives no user_specified_image (a kubelet before 1.30, crictl): asked by
+// the image's ID, its first tag, as containerd reports; otherwise the name
+// asked for.
+func imageName(asked string, img *imagestore.ImageInfo) string {
+	if (asked == img.ID || asked == "sha256:"+img.ID) && len(img.RepoTags) > 0 {
+		return img.RepoTags[0]
+	}
+	return asked
+}
+
 func imageRef(img *imagestore.ImageInfo) string {
 	if len(img.RepoDigests) > 0 {
 		return img.RepoDigests[0]

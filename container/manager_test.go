@@ -925,3 +925,33 @@ func TestStopDoesNotBlockReads(t *testing.T) {
 		t.Fatalf("after the stop: %v", st.State)
 	}
 }
+
+// The image a status and a listing name is the pod spec's (the kubelet
+// creates containers with the image ID it resolved and sends the spec's name
+// as user_specified_image); without that name, asked by ID, the image's
+// first tag; otherwise what was asked.
+func TestStatusImageName(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, tt := range []struct{ image, user, want string }{
+		{"aaaa", "registry.example/busybox:1.37", "registry.example/busybox:1.37"},
+		{"sha256:aaaa", "", "docker.io/library/busybox:latest"},
+		{"aaaa", "", "docker.io/library/busybox:latest"},
+		{"busybox", "", "busybox"},
+	} {
+		cfg := containerConfig("img-" + tt.user + tt.image)
+		cfg.Metadata.Name = fmt.Sprintf("c%d", len(tt.image)+len(tt.user))
+		cfg.Image = &runtimeapi.ImageSpec{Image: tt.image, UserSpecifiedImage: tt.user}
+		id, err := e.m.Create(ctx, "pod1", cfg, sandboxConfig("pod1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := e.status(id).GetImage(); got.GetImage() != tt.want || got.GetUserSpecifiedImage() != tt.user {
+			t.Errorf("asked %q as %q: status image %q (user %q), want %q", tt.image, tt.user, got.GetImage(), got.GetUserSpecifiedImage(), tt.want)
+		}
+		l, err := e.m.List(ctx, &runtimeapi.ContainerFilter{Id: id})
+		if err != nil || len(l) != 1 || l[0].GetImage().GetImage() != tt.want {
+			t.Errorf("asked %q as %q: listed %v (%v), want image %q", tt.image, tt.user, l, err, tt.want)
+		}
+	}
+}

@@ -20,8 +20,18 @@ var criState = map[State]runtimeapi.ContainerState{
 	StateExited:  runtimeapi.ContainerState_CONTAINER_EXITED,
 }
 
+// imageSpec is the image a container's status and listing report. Its name
+// is what the pod spec said (user_specified_image, sent by kubelets since
+// 1.30), not the image ID the kubelet resolved that to and created the
+// container with: the kubelet copies it into the pod's status, where users
+// and the node conformance suite's image-update specs compare it with the
+// spec (containerd reports a repo tag there, CRI-O the user's name).
 func (r *record) imageSpec() *runtimeapi.ImageSpec {
-	spec := &runtimeapi.ImageSpec{Image: r.ImageName}
+	name := r.ImageName
+	if u := r.Config.GetImage().GetUserSpecifiedImage(); u != "" {
+		name = u
+	}
+	spec := &runtimeapi.ImageSpec{Image: name}
 	if img := r.Config.GetImage(); img != nil {
 		spec.Annotations = img.GetAnnotations()
 		spec.UserSpecifiedImage = img.GetUserSpecifiedImage()
