@@ -35,14 +35,16 @@ pause:3.10.2      registry.k8s.io/pause:3.10.2
 TABLE
 )
 
-# besides the critest kit's: glibc's hostname (glibc-dns-testing), curl and
-# netcat-openbsd (agnhost: the lifecycle hook and networking specs run them)
+# besides the critest kit's: glibc's hostname (glibc-dns-testing), curl,
+# netcat-openbsd and bash (agnhost: the lifecycle hook and networking specs
+# run curl and nc, the probe termination specs `/bin/bash -c`)
 NODE_E2E_DEBS=(
 	hostname
 	curl libcurl4 libbrotli1 libgssapi-krb5-2 libidn2-0 libldap-2.5-0 libnghttp2-14 libpsl5
 	librtmp1 libssh2-1 libk5crypto3 libkrb5-3 libkrb5support0 libunistring2 libgnutls30
 	libsasl2-2 libhogweed6 libnettle8 libp11-kit0 libtasn1-6 libffi8 libgmp10 libkeyutils1 libcom-err2
 	netcat-openbsd libbsd0 libmd0
+	bash libtinfo6
 )
 
 node_e2e_trees() {
@@ -51,7 +53,7 @@ node_e2e_trees() {
 	# does (/agnhost, /agnhost-2 -> agnhost, porter's TLS pair, /uploads, the
 	# user and group the SupplementalGroups specs expect) on the busybox layer
 	# (upstream: alpine with bind-tools, curl, netcat, iproute2, socat, bash;
-	# here Debian's curl and netcat-openbsd)
+	# here Debian's curl, netcat-openbsd and bash)
 	t=$(new_tree agnhost)
 	install -m 0755 "$AGNHOST" "$t/agnhost"
 	ln -s agnhost "$t/agnhost-2"
@@ -66,8 +68,9 @@ node_e2e_trees() {
 	chown 1000:1000 "$t/home/user-defined-in-image"
 	install_elf "$t" usr/bin/curl "$LAYERS/busybox"
 	install_elf "$t" bin/nc.openbsd "$LAYERS/busybox"
+	install_elf "$t" bin/bash "$LAYERS/busybox"
 	ln -s /bin/nc.openbsd "$t/usr/bin/nc" # before busybox's /bin/nc in PATH
-	echo "agnhost $AGNHOST_VERSION (k8s.io/kubernetes/test/images/agnhost, static Go), /agnhost-2, porter TLS pair, user-defined-in-image (1000) in group-defined-in-image (50000), curl $(deb_version curl), netcat-openbsd $(deb_version netcat-openbsd)" >"$t.desc"
+	echo "agnhost $AGNHOST_VERSION (k8s.io/kubernetes/test/images/agnhost, static Go), /agnhost-2, porter TLS pair, user-defined-in-image (1000) in group-defined-in-image (50000), curl $(deb_version curl), netcat-openbsd $(deb_version netcat-openbsd), bash $(deb_version bash)" >"$t.desc"
 
 	# nmeter: busybox 1.37's (and alpine's, agnhost's base) applet, which
 	# Debian's busybox 1.35 lacks; the Containers Lifecycle specs time-stamp
@@ -193,6 +196,8 @@ node_e2e_selftest() {
 	[[ $out == *"content of file \"/tmp/f\": hi"* ]] || die "selftest: agnhost mounttest printed: $out"
 	out=$(in_root 'curl --version | head -n 1; nc -h 2>&1 | head -n 1') || die "selftest: curl or nc failed: $out"
 	[[ $out == "curl "*$'\n'"OpenBSD netcat"* ]] || die "selftest: curl/nc printed: $out"
+	out=$(in_root '/bin/bash -c "echo \$BASH_VERSION"') || die "selftest: bash failed: $out"
+	[[ $out == [0-9]* ]] || die "selftest: /bin/bash printed '$out'"
 	out=$(in_root 'id -G user-defined-in-image') || die "selftest: id failed"
 	[[ $out == "1000 50000" ]] || die "selftest: user-defined-in-image has groups '$out'"
 	out=$(in_root 'hostname >/dev/null && hostname --version 2>&1 | head -n 1') || die "selftest: hostname failed"
