@@ -14,6 +14,8 @@
 #   NODES           ginkgo parallel processes (default 4)
 #   SUITE_TIMEOUT   ginkgo suite timeout (default 3h; ginkgo's own 1h aborts a full run)
 #   KEEP=1          leave harness and podunit running afterwards (debugging only)
+#   KUBELET_FEATURE_GATES  NAME=BOOL[,NAME=BOOL...] for the kubelet's
+#                   configuration (default none: the upstream jobs' gates)
 #   RUNTIMES        the runtimes to judge, one run each in its own harness, in
 #                   order (default podunit): podunit, containerd (Debian's
 #                   1.6.20) or containerd2 (2.4.2, test/bench/build-containerd2.sh);
@@ -59,6 +61,7 @@ source "$REPO/test/critest/lib.sh"
 : "${SUITE_TIMEOUT:=3h}"
 : "${KEEP:=0}"
 : "${RUNTIMES:=podunit}"
+: "${KUBELET_FEATURE_GATES:=}"
 OUT=$CONFORMANCE_OUT
 
 read -r -a runtimes <<<"$RUNTIMES"
@@ -418,6 +421,10 @@ imageGCLowThresholdPercent: 99
 runtimeRequestTimeout: 2m
 resolvConf: /etc/resolv.conf
 EOF
+if [[ -n $KUBELET_FEATURE_GATES ]]; then
+	echo "featureGates:" >>"$W/kubelet.yaml"
+	tr ',' '\n' <<<"$KUBELET_FEATURE_GATES" | sed 's/^\([^=]*\)=\(.*\)$/  \1: \2/' >>"$W/kubelet.yaml"
+fi
 cp "$W/kubelet.yaml" "$OUT/kubelet.yaml"
 
 NODE=$(hx hostname)
