@@ -21,11 +21,12 @@ type UnitStatus = sd.UnitStatus
 // (New) and the in-memory Fake implement it.
 type Conn interface {
 	// StartTransientUnit creates and starts a transient unit and waits for
-	// its start job. A unit of that name left over in failed state is reset
+	// its start job, up to ctx's deadline. A unit of that name left over in failed state is reset
 	// and the start retried once; a live one gives ErrExists.
 	StartTransientUnit(ctx context.Context, name string, props []Property) error
-	// StopUnit stops a unit and waits for the job; a unit that does not
-	// exist is already stopped, so it returns nil.
+	// StopUnit stops a unit and waits for the job, up to ctx's deadline
+	// (a grace period may be longer than a D-Bus call's bound); a unit that
+	// does not exist is already stopped, so it returns nil.
 	StopUnit(ctx context.Context, name string) error
 	// KillUnit sends sig to all processes of the unit (or only its main
 	// process when mainOnly). ErrNotFound if the unit is not loaded.

@@ -28,8 +28,9 @@ const (
 
 // Options configure the D-Bus adapter.
 type Options struct {
-	// CallTimeout bounds every D-Bus call and job wait whose caller
-	// context has no earlier deadline.
+	// CallTimeout bounds every D-Bus call whose caller context has no
+	// earlier deadline, and a start or stop job's wait when the caller
+	// gives no deadline at all (see jobContext).
 	CallTimeout time.Duration
 	// MaxParallelJobs bounds concurrent start/stop jobs so a burst of CRI
 	// calls does not pile up on PID 1.
@@ -71,6 +72,17 @@ func New(opts Options) (*DBus, error) {
 
 func (d *DBus) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < d.opts.CallTimeout {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d.opts.CallTimeout)
+}
+
+// jobContext bounds a start or stop job's wait: by the caller's deadline
+// when it has one, which may be longer than CallTimeout (a stop waits out
+// the container's grace period, a start the runtime's start_timeout), else
+// by CallTimeout. Each D-Bus call inside stays bounded by CallTimeout.
+func (d *DBus) jobContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
 		return context.WithCancel(ctx)
 	}
 	return context.WithTimeout(ctx, d.opts.CallTimeout)
@@ -189,7 +201,7 @@ func waitJob(ctx context.Context, ch <-chan string, unit, job string) error {
 }
 
 func (d *DBus) StartTransientUnit(ctx context.Context, name string, props []Property) error {
-	ctx, cancel := d.withTimeout(ctx)
+	ctx, cancel := d.jobContext(ctx)
 	defer cancel()
 	release, err := d.acquireJob(ctx)
 	if err != nil {
@@ -219,12 +231,14 @@ func (d *DBus) StartTransientUnit(ctx context.Context, name string, props []Prop
 }
 
 func (d *DBus) StopUnit(ctx context.Context, name string) error {
-	ctx, cancel := d.withTimeout(ctx)
+	ctx, cancel := d.jobContext(ctx)
 	defer cancel()
-	release, err := d.acquireJob(ctx)
+	acquired, err := d.acquireJob(ctx)
 	if err != nil {
 		return err
 	}
+	var once sync.Once
+	release := func() { once.Do(acquired) }
 	defer release()
 	ch := make(chan string, 1)
 	err = d.call(ctx, "StopUnit "+name, func(ctx context.Context, c *sd.Conn) error {
@@ -236,6 +250,18 @@ func (d *DBus) StopUnit(ctx context.Context, name string) error {
 	}
 	if err != nil {
 		return err
+	}
+	// A stop job spends a grace period waiting for the process, which is
+	// no work for PID 1: past CallTimeout its job slot goes to the next
+	// start or stop, and the wait goes on to the caller's deadline.
+	slot := time.NewTimer(d.opts.CallTimeout)
+	defer slot.Stop()
+	select {
+	case r := <-ch:
+		ch <- r
+	case <-slot.C:
+		release()
+	case <-ctx.Done():
 	}
 	return waitJob(ctx, ch, name, "stop")
 }

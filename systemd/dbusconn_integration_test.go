@@ -190,3 +190,61 @@ func TestDBusFreezeThaw(t *testing.T) {
 		t.Fatalf("freeze of a missing unit: %v", err)
 	}
 }
+
+// A stop job whose process takes longer than CallTimeout to exit (a
+// container using a long grace period) is waited for up to the caller's
+// deadline, and its job slot is freed meanwhile; without a caller deadline
+// CallTimeout still bounds the wait. (podunit answered DeadlineExceeded to a
+// 120 s StopContainer after 45 s: node conformance "image updated during
+// termination".)
+func TestStopOutlastsCallTimeout(t *testing.T) {
+	h := harness.Start(t, harness.Options{})
+	t.Setenv("DBUS_SYSTEM_BUS_ADDRESS", h.BusAddress())
+	c, err := systemd.New(systemd.Options{CallTimeout: 2 * time.Second, MaxParallelJobs: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	slow := func(unit string) {
+		t.Helper()
+		props := []systemd.Property{
+			sd.PropDescription("podunit slow stop test"),
+			sd.PropExecStart([]string{"/bin/sh", "-c", "trap 'sleep 5; exit 0' TERM; while :; do sleep 1; done"}, false),
+			{Name: "KillMode", Value: godbus.MakeVariant("mixed")},
+			{Name: "TimeoutStopUSec", Value: godbus.MakeVariant(uint64(60 * time.Second / time.Microsecond))},
+			{Name: "CollectMode", Value: godbus.MakeVariant("inactive-or-failed")},
+		}
+		if err := c.StartTransientUnit(ctx, unit, props); err != nil {
+			t.Fatal(err)
+		}
+		// the start job is done at the fork: give sh time to set its trap
+		time.Sleep(time.Second)
+	}
+	slow("podunit-slowstop.service")
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	stopped := make(chan error, 1)
+	start := time.Now()
+	go func() { stopped <- c.StopUnit(sctx, "podunit-slowstop.service") }()
+	// The one job slot is free again once CallTimeout has passed, while
+	// the stop still waits.
+	time.Sleep(3 * time.Second)
+	if err := c.StartTransientUnit(ctx, "podunit-other.service", []systemd.Property{sd.PropExecStart([]string{"/bin/sleep", "60"}, false)}); err != nil {
+		t.Fatalf("a start during a long stop: %v", err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("stop with a 30 s deadline of a unit taking 5 s, CallTimeout 2 s: %v after %v", err, time.Since(start))
+	}
+	if d := time.Since(start); d < 4*time.Second {
+		t.Fatalf("stop returned after %v, before the process's 5 s", d)
+	}
+	if err := c.StopUnit(ctx, "podunit-other.service"); err != nil {
+		t.Fatal(err)
+	}
+	// No deadline from the caller: CallTimeout bounds the wait.
+	slow("podunit-slowstop2.service")
+	if err := c.StopUnit(ctx, "podunit-slowstop2.service"); !errors.Is(err, errdefs.ErrDeadline) {
+		t.Fatalf("stop without a caller deadline: %v, want ErrDeadline after CallTimeout", err)
+	}
+}
