@@ -178,6 +178,7 @@ type proxy struct {
 	password  string
 	slowFirst time.Duration // delay before answering each request
 	stallBlob bool          // send half of every layer blob, then hang
+	corrupt   bool          // flip a byte in the middle of every layer blob
 	stalled   chan struct{} // closed when a stalled client goes away
 }
 
@@ -193,7 +194,7 @@ func newProxy(t *testing.T, configure func(*proxy)) *proxy {
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
 		p.requests++
-		user, password, delay, stall := p.user, p.password, p.slowFirst, p.stallBlob
+		user, password, delay, stall, corrupt := p.user, p.password, p.slowFirst, p.stallBlob, p.corrupt
 		p.mu.Unlock()
 		if user != "" {
 			u, pw, ok := r.BasicAuth()
@@ -216,6 +217,10 @@ func newProxy(t *testing.T, configure func(*proxy)) *proxy {
 		}
 		if isBlob && stall {
 			p.stallBlobResponse(w, r, func() { closeStalled.Do(func() { close(p.stalled) }) })
+			return
+		}
+		if isBlob && corrupt {
+			corruptBlobResponse(w, r)
 			return
 		}
 		rp.ServeHTTP(w, r)
@@ -254,6 +259,26 @@ func (p *proxy) stallBlobResponse(w http.ResponseWriter, r *http.Request, client
 	w.(http.Flusher).Flush()
 	<-r.Context().Done()
 	clientGone()
+}
+
+// corruptBlobResponse sends the blob with one byte changed, except small
+// blobs (the config), so the pull gets as far as the layers.
+func corruptBlobResponse(w http.ResponseWriter, r *http.Request) {
+	resp, err := http.Get("http://" + testRegistry + r.URL.Path)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	if len(body) >= 4096 {
+		body[len(body)/2] ^= 0xff
+	}
+	_, _ = w.Write(body)
 }
 
 func (p *proxy) blobCounts() map[string]int {

@@ -4,16 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"go.podman.io/image/v5/copy"
-	"go.podman.io/image/v5/docker"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/signature"
-	is "go.podman.io/image/v5/storage"
-	"go.podman.io/image/v5/types"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/podunit/podunit/errdefs"
@@ -81,15 +77,6 @@ func (s *Store) pull(ctx context.Context, named reference.Named, creds credentia
 	}
 	defer func() { _ = policyCtx.Destroy() }()
 
-	src, err := docker.NewReference(named)
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", errdefs.ErrInvalid, err)
-	}
-	dst, err := is.Transport.NewStoreReference(s.store, named, "")
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", errdefs.ErrInvalid, err)
-	}
-
 	before, err := s.layerIDs()
 	if err != nil {
 		return "", err
@@ -108,24 +95,13 @@ func (s *Store) pull(ctx context.Context, named reference.Named, creds credentia
 
 	pctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	progress := make(chan types.ProgressProperties)
-	watched := make(chan struct{})
 	timeout := l.PullProgressTimeout
-	go func() {
-		defer close(watched)
-		watchProgress(progress, timeout, func() {
-			cancel(&stallError{image: named.String(), registry: registryOf(named), timeout: timeout})
-		})
-	}()
-	_, err = copy.Image(pctx, policyCtx, dst, src, &copy.Options{
-		SourceCtx:        sys,
-		DestinationCtx:   sys,
-		ReportWriter:     io.Discard,
-		Progress:         progress,
-		ProgressInterval: progressInterval(timeout),
+	var watch stallWatch
+	stopWatch := watch.start(timeout, func() {
+		cancel(&stallError{image: named.String(), registry: registryOf(named), timeout: timeout})
 	})
-	close(progress)
-	<-watched
+	id, err := s.fetch(pctx, named, sys, policyCtx, watch.touch)
+	stopWatch()
 	if err != nil {
 		var stall *stallError
 		if cause := context.Cause(pctx); errors.As(cause, &stall) {
@@ -137,52 +113,47 @@ func (s *Store) pull(ctx context.Context, named reference.Named, creds credentia
 		}
 		return "", classifyPullError(named.String(), registryOf(named), err)
 	}
-	img, err := is.Transport.GetStoreImage(s.store, dst)
-	if err != nil {
-		return "", storageErr("finding pulled image "+named.String(), err)
-	}
 	// The kubelet asks ImageStatus and creates a container right after a
 	// pull; reading the config here keeps that read off both calls (a
 	// status with a cold cache opened the image in storage: manifest,
 	// config and sizes, about 0.4 ms of critest's StatusImage).
-	if _, err := s.config(ctx, img.ID); err != nil {
-		log.WarnContext(ctx, "reading the pulled image's config", "id", img.ID, "err", err)
+	if _, err := s.config(ctx, id); err != nil {
+		log.WarnContext(ctx, "reading the pulled image's config", "id", id, "err", err)
 	}
-	log.InfoContext(ctx, "pulled image", "id", img.ID, "duration", time.Since(start).Round(time.Millisecond))
-	return img.ID, nil
+	log.InfoContext(ctx, "pulled image", "id", id, "duration", time.Since(start).Round(time.Millisecond))
+	return id, nil
 }
 
-// progressInterval is how often containers/image reports a moving download:
-// often enough that a slow but live transfer always beats the timeout.
-func progressInterval(timeout time.Duration) time.Duration {
-	return min(max(timeout/4, 10*time.Millisecond), time.Second)
-}
+// stallWatch notices a pull that stops moving: fetch touches it whenever
+// bytes arrive from the registry or reach storage.
+type stallWatch struct{ last atomic.Int64 }
 
-// watchProgress calls stalled once if no event arrives for timeout. It drains
-// events until the channel is closed, because containers/image sends them
-// without a select and would block forever otherwise.
-func watchProgress(events <-chan types.ProgressProperties, timeout time.Duration, stalled func()) {
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	fired := false
-	for {
-		select {
-		case _, ok := <-events:
-			if !ok {
+func (w *stallWatch) touch() { w.last.Store(time.Now().UnixNano()) }
+
+// start calls stalled once if no touch comes for timeout; the returned
+// function stops watching.
+func (w *stallWatch) start(timeout time.Duration, stalled func()) (stop func()) {
+	w.touch()
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		// Checking four times per timeout fires at most a quarter late.
+		tick := time.NewTicker(min(max(timeout/4, time.Millisecond), time.Second))
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
 				return
-			}
-			// Every event means bytes moved: containers/image sends read
-			// events only when data arrived, plus artifact start and end.
-			if !fired {
-				timer.Reset(timeout)
-			}
-		case <-timer.C:
-			if !fired {
-				fired = true
-				stalled()
+			case <-tick.C:
+				if time.Since(time.Unix(0, w.last.Load())) >= timeout {
+					stalled()
+					return
+				}
 			}
 		}
-	}
+	}()
+	return func() { close(done); <-finished }
 }
 
 // layerIDs snapshots the store's layers, to find what a failed pull left.

@@ -131,6 +131,15 @@ func New(ctx context.Context, o Options) (*Store, error) {
 			return nil, fmt.Errorf("creating storage directory: %w", err)
 		}
 	}
+	// Blobs staged there belong to pulls of a process that is gone: the
+	// directory is podunit's and the daemon opens its store once.
+	if stale, err := os.ReadDir(tmpDir(o.Root)); err == nil {
+		for _, e := range stale {
+			if err := os.RemoveAll(filepath.Join(tmpDir(o.Root), e.Name())); err != nil {
+				o.Logger.WarnContext(ctx, "removing a stale pull staging file", "path", e.Name(), "err", err)
+			}
+		}
+	}
 	transient := o.Transient
 	if !transient {
 		if n := transientRecords(o.RunRoot); n > 0 {

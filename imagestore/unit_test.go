@@ -243,32 +243,34 @@ func TestPullErrorKind(t *testing.T) {
 	}
 }
 
-func TestWatchProgress(t *testing.T) {
-	events := make(chan types.ProgressProperties)
+func TestStallWatch(t *testing.T) {
+	var w stallWatch
 	var stalled atomic.Int32
-	done := make(chan struct{})
-	go func() {
-		watchProgress(events, 150*time.Millisecond, func() { stalled.Add(1) })
-		close(done)
-	}()
-	// Steady events keep the pull alive well past the timeout.
+	stop := w.start(150*time.Millisecond, func() { stalled.Add(1) })
+	// Steady progress keeps the pull alive well past the timeout.
 	for range 8 {
-		events <- types.ProgressProperties{Event: types.ProgressEventRead}
+		w.touch()
 		time.Sleep(50 * time.Millisecond)
 	}
 	if n := stalled.Load(); n != 0 {
 		t.Fatalf("stalled %d times while progressing", n)
 	}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(400 * time.Millisecond)
 	if n := stalled.Load(); n != 1 {
 		t.Fatalf("stalled %d times after silence; want 1", n)
 	}
-	// It keeps draining after firing, so the copier never blocks.
-	events <- types.ProgressProperties{Event: types.ProgressEventRead}
-	close(events)
-	<-done
+	w.touch()
+	stop()
 	if n := stalled.Load(); n != 1 {
 		t.Fatalf("stalled %d times; want 1", n)
+	}
+	// Stopped before the timeout, it never fires.
+	var quiet stallWatch
+	stop = quiet.start(100*time.Millisecond, func() { stalled.Add(1) })
+	stop()
+	time.Sleep(200 * time.Millisecond)
+	if n := stalled.Load(); n != 1 {
+		t.Fatalf("fired after stop: %d", n)
 	}
 }
 

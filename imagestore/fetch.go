@@ -1,0 +1,369 @@
+package imagestore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/opencontainers/go-digest"
+	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
+	"go.podman.io/image/v5/docker"
+	"go.podman.io/image/v5/docker/reference"
+	"go.podman.io/image/v5/image"
+	"go.podman.io/image/v5/manifest"
+	"go.podman.io/image/v5/pkg/blobinfocache/none"
+	"go.podman.io/image/v5/signature"
+	"go.podman.io/image/v5/types"
+	"go.podman.io/storage"
+
+	"github.com/podunit/podunit/errdefs"
+)
+
+// maxParallelDownloads bounds one pull's concurrent layer downloads, as
+// containers/image's copy does (its default is 6).
+const maxParallelDownloads = 6
+
+// fetch stores the image named refers to and returns its ID (the config
+// digest). containers/image's copy to storage decompresses every layer
+// twice: once while downloading, to compute its DiffID, and again when
+// storage applies it. fetch downloads the compressed blobs (verifying
+// their digests), then hands each file to storage, which decompresses,
+// applies and computes the DiffID in the same pass; a layer whose DiffID
+// differs from the image config's is deleted again. The image record is
+// the one containers/image's storage transport writes (the same layer and
+// image IDs, manifest and config big data), so podman and skopeo read it
+// and it shares layers with images they pulled. Layers already in the
+// store are not downloaded. touch is called whenever bytes arrive or
+// reach storage.
+func (s *Store) fetch(ctx context.Context, named reference.Named, sys *types.SystemContext, policy *signature.PolicyContext, touch func()) (string, error) {
+	ref, err := docker.NewReference(named)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", errdefs.ErrInvalid, err)
+	}
+	src, err := ref.NewImageSource(ctx, sys)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = src.Close() }()
+
+	// The policy is checked before anything but the manifest is read, for
+	// the list and for the instance chosen from it, as copy.Image does.
+	top := image.UnparsedInstance(src, nil)
+	if err := allowed(ctx, policy, top); err != nil {
+		return "", err
+	}
+	topRaw, topMIME, err := top.Manifest(ctx)
+	if err != nil {
+		return "", fmt.Errorf("reading manifest: %w", err)
+	}
+	inst := top
+	var listDigest, instDigest digest.Digest
+	if manifest.MIMETypeIsMultiImage(topMIME) {
+		list, err := manifest.ListFromBlob(topRaw, topMIME)
+		if err != nil {
+			return "", fmt.Errorf("parsing manifest list: %w", err)
+		}
+		if instDigest, err = list.ChooseInstance(sys); err != nil {
+			return "", err
+		}
+		if listDigest, err = manifest.Digest(topRaw); err != nil {
+			return "", fmt.Errorf("digesting manifest list: %w", err)
+		}
+		inst = image.UnparsedInstance(src, &instDigest)
+		if err := allowed(ctx, policy, inst); err != nil {
+			return "", err
+		}
+	}
+	raw, mime, err := inst.Manifest(ctx)
+	if err != nil {
+		return "", fmt.Errorf("reading manifest: %w", err)
+	}
+	if instDigest == "" {
+		if instDigest, err = manifest.Digest(raw); err != nil {
+			return "", fmt.Errorf("digesting manifest: %w", err)
+		}
+	}
+	switch manifest.NormalizedMIMEType(mime) {
+	case manifest.DockerV2Schema2MediaType, imgspecv1.MediaTypeImageManifest:
+	default:
+		// Docker schema 1 was retired by registries and by containerd 2.1;
+		// a nested list is not an image.
+		return "", fmt.Errorf("%w: manifest type %q is not supported", errdefs.ErrUnimplemented, mime)
+	}
+	img, err := image.FromUnparsedImage(ctx, sys, inst)
+	if err != nil {
+		return "", fmt.Errorf("parsing manifest: %w", err)
+	}
+	cfgInfo := img.ConfigInfo()
+	cfgBlob, err := img.ConfigBlob(ctx) // verified against the manifest
+	if err != nil {
+		return "", fmt.Errorf("reading image config: %w", err)
+	}
+	oci, err := img.OCIConfig(ctx)
+	if err != nil {
+		return "", fmt.Errorf("parsing image config: %w", err)
+	}
+	layers := img.LayerInfos()
+	diffIDs := oci.RootFS.DiffIDs
+	if len(diffIDs) != len(layers) {
+		return "", fmt.Errorf("broken image: its config lists %d layers, its manifest %d", len(diffIDs), len(layers))
+	}
+	ids := make([]string, len(layers))
+	for i, l := range layers {
+		if err := l.Digest.Validate(); err != nil {
+			return "", fmt.Errorf("broken image: layer %d: %w", i, err)
+		}
+		if err := diffIDs[i].Validate(); err != nil {
+			return "", fmt.Errorf("broken image: diff ID of layer %d: %w", i, err)
+		}
+		if strings.HasSuffix(l.MediaType, "+encrypted") {
+			return "", fmt.Errorf("%w: layer %s is encrypted", errdefs.ErrUnimplemented, l.Digest)
+		}
+		parent := ""
+		if i > 0 {
+			parent = ids[i-1]
+		}
+		ids[i] = chainLayerID(parent, diffIDs[i])
+	}
+
+	dir, err := os.MkdirTemp(tmpDir(s.opts.Root), "pull-")
+	if err != nil {
+		return "", fmt.Errorf("staging directory: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	blobs := s.downloadMissing(ctx, src, layers, ids, dir, touch)
+	defer blobs.wait()
+	defer blobs.cancel()
+
+	for i := range layers {
+		b := blobs.of[i]
+		if b == nil {
+			continue // in the store already
+		}
+		<-b.done
+		if b.err != nil {
+			return "", b.err
+		}
+		parent := ""
+		if i > 0 {
+			parent = ids[i-1]
+		}
+		err := s.applyLayer(ids[i], parent, layers[i], diffIDs[i], b.path, touch)
+		_ = os.Remove(b.path) // its space is needed for the next layers
+		if err != nil {
+			return "", err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	topLayer := ""
+	if len(ids) > 0 {
+		topLayer = ids[len(ids)-1]
+	}
+	return s.commitImage(named, cfgInfo.Digest, cfgBlob, oci, topLayer, instDigest, raw, listDigest, topRaw)
+}
+
+func allowed(ctx context.Context, policy *signature.PolicyContext, img types.UnparsedImage) error {
+	ok, err := policy.IsRunningImageAllowed(ctx, img)
+	if err == nil && !ok {
+		err = errors.New("not allowed by the signature policy")
+	}
+	if err != nil {
+		return fmt.Errorf("source image rejected: %w", err)
+	}
+	return nil
+}
+
+// chainLayerID is the storage ID containers/image gives the layer with
+// diffID on top of parent: the first layer's DiffID, then a digest of the
+// parent's ID and the DiffID (a chain ID, so equal stacks share layers).
+func chainLayerID(parent string, diffID digest.Digest) string {
+	if parent == "" {
+		return diffID.Encoded()
+	}
+	return digest.Canonical.FromString(parent + "+" + diffID.Encoded()).Encoded()
+}
+
+type blob struct {
+	done chan struct{} // closed when path or err is set
+	path string
+	err  error
+}
+
+type downloads struct {
+	of     []*blob // nil where the layer is in the store
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func (d *downloads) wait() { d.wg.Wait() }
+
+// downloadMissing starts downloading the layers not in the store, in
+// order and at most maxParallelDownloads at once, so the first layer can
+// be applied while later ones still arrive.
+func (s *Store) downloadMissing(ctx context.Context, src types.ImageSource, layers []types.BlobInfo, ids []string, dir string, touch func()) *downloads {
+	dctx, cancel := context.WithCancel(ctx)
+	d := &downloads{of: make([]*blob, len(layers)), cancel: cancel}
+	var todo []int
+	for i := range layers {
+		if _, err := s.store.Layer(ids[i]); err == nil {
+			continue
+		}
+		d.of[i] = &blob{done: make(chan struct{}), path: filepath.Join(dir, strconv.Itoa(i))}
+		todo = append(todo, i)
+	}
+	sem := make(chan struct{}, maxParallelDownloads)
+	d.wg.Go(func() {
+		for n, i := range todo {
+			select {
+			case sem <- struct{}{}:
+			case <-dctx.Done():
+				for _, j := range todo[n:] {
+					d.of[j].err = dctx.Err()
+					close(d.of[j].done)
+				}
+				return
+			}
+			b := d.of[i]
+			d.wg.Go(func() {
+				defer func() { <-sem }()
+				b.err = download(dctx, src, layers[i], b.path, touch)
+				close(b.done)
+			})
+		}
+	})
+	return d
+}
+
+// download writes the blob to path and verifies its size and digest.
+func download(ctx context.Context, src types.ImageSource, info types.BlobInfo, path string, touch func()) error {
+	rc, _, err := src.GetBlob(ctx, info, none.NoCache)
+	if err != nil {
+		return fmt.Errorf("fetching layer %s: %w", info.Digest, err)
+	}
+	defer func() { _ = rc.Close() }()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("staging layer %s: %w", info.Digest, err)
+	}
+	verifier := info.Digest.Verifier()
+	n, err := io.Copy(io.MultiWriter(f, verifier), touchReader{rc, touch})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("fetching layer %s: %w", info.Digest, err)
+	}
+	if info.Size >= 0 && n != info.Size {
+		return fmt.Errorf("layer %s: %d bytes received, the manifest says %d", info.Digest, n, info.Size)
+	}
+	if !verifier.Verified() {
+		return fmt.Errorf("layer %s: the data received does not match its digest", info.Digest)
+	}
+	return nil
+}
+
+// applyLayer creates layer id from the verified blob at path; storage
+// computes the DiffID while it applies, and a layer whose DiffID is not
+// the config's is removed again.
+func (s *Store) applyLayer(id, parent string, info types.BlobInfo, diffID digest.Digest, path string, touch func()) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("staged layer %s: %w", info.Digest, err)
+	}
+	defer func() { _ = f.Close() }()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("staged layer %s: %w", info.Digest, err)
+	}
+	size := st.Size()
+	layer, _, err := s.store.PutLayer(id, parent, nil, "", false, &storage.LayerOptions{
+		OriginalDigest: info.Digest, // verified while downloading
+		OriginalSize:   &size,
+	}, touchReader{f, touch})
+	if errors.Is(err, storage.ErrDuplicateID) {
+		return nil // a concurrent pull of another image made it
+	}
+	if err != nil {
+		return fmt.Errorf("storing layer %s: %w", info.Digest, err)
+	}
+	if layer.UncompressedDigest != diffID {
+		if derr := s.store.DeleteLayer(id); derr != nil {
+			s.log.Warn("removing a layer that does not match its image config", "layer", id, "err", derr)
+		}
+		return fmt.Errorf("broken image: layer %s unpacks to content with digest %s, the image config says %s", info.Digest, layer.UncompressedDigest, diffID)
+	}
+	return nil
+}
+
+// commitImage records the image as containers/image's storage destination
+// does, or completes the record of an image stored before.
+func (s *Store) commitImage(named reference.Named, cfgDigest digest.Digest, cfgBlob []byte, oci *imgspecv1.Image, topLayer string,
+	instDigest digest.Digest, instRaw []byte, listDigest digest.Digest, listRaw []byte) (string, error) {
+	id := cfgDigest.Encoded()
+	big := []storage.ImageBigDataOption{{Key: cfgDigest.String(), Data: cfgBlob, Digest: cfgDigest}}
+	if listDigest != "" {
+		big = append(big, storage.ImageBigDataOption{Key: manifestKey(listDigest), Data: listRaw, Digest: listDigest})
+	}
+	big = append(big,
+		storage.ImageBigDataOption{Key: manifestKey(instDigest), Data: instRaw, Digest: instDigest},
+		storage.ImageBigDataOption{Key: storage.ImageDigestBigDataKey, Data: instRaw, Digest: instDigest})
+	opts := &storage.ImageOptions{BigData: big, Metadata: "{}"}
+	if oci.Created != nil {
+		opts.CreationDate = *oci.Created
+	}
+	created := true
+	_, err := s.store.CreateImage(id, nil, topLayer, "", opts)
+	if errors.Is(err, storage.ErrDuplicateID) {
+		created = false
+		img, err := s.store.Image(id)
+		if err != nil {
+			return "", storageErr("reading image "+id, err)
+		}
+		if img.TopLayer != topLayer {
+			return "", fmt.Errorf("image %s is stored with other layers: %w", id, errdefs.ErrExists)
+		}
+		for _, b := range big {
+			if err := s.store.SetImageBigData(id, b.Key, b.Data, manifest.Digest); err != nil {
+				return "", storageErr("updating image "+id, err)
+			}
+		}
+	} else if err != nil {
+		return "", storageErr("creating image "+id, err)
+	}
+	if err := s.store.AddNames(id, []string{named.String()}); err != nil {
+		if created {
+			if _, derr := s.store.DeleteImage(id, true); derr != nil {
+				s.log.Warn("removing an image that could not be named", "id", id, "err", derr)
+			}
+		}
+		return "", storageErr("naming image "+id, err)
+	}
+	return id, nil
+}
+
+// manifestKey is the big data key containers/image stores a manifest under.
+func manifestKey(d digest.Digest) string {
+	return storage.ImageDigestManifestBigDataNamePrefix + "-" + d.String()
+}
+
+// touchReader reports every read that moved bytes.
+type touchReader struct {
+	r     io.Reader
+	touch func()
+}
+
+func (t touchReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if n > 0 {
+		t.touch()
+	}
+	return n, err
+}

@@ -1,0 +1,291 @@
+//go:build integration
+
+package imagestore
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// testLayer is a gzipped tar and its DiffID.
+type testLayer struct {
+	gz     []byte
+	diffID digest.Digest
+}
+
+func newTestLayer(t *testing.T, files map[string]string) testLayer {
+	t.Helper()
+	var raw bytes.Buffer
+	tw := tar.NewWriter(&raw)
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		hdr := &tar.Header{Name: n, Mode: 0o644, Size: int64(len(files[n])), Typeflag: tar.TypeReg, ModTime: time.Unix(0, 0)}
+		if err := tw.WriteHeader(hdr); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(tw, files[n]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	if _, err := zw.Write(raw.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return testLayer{gz: gz.Bytes(), diffID: digest.FromBytes(raw.Bytes())}
+}
+
+func registryDo(t *testing.T, method, u, contentType string, body []byte, want int) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(method, u, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		t.Fatalf("%s %s: %s %s", method, u, resp.Status, msg)
+	}
+	return resp
+}
+
+// pushBlob uploads data to repo on the test registry (monolithic upload).
+func pushBlob(t *testing.T, repo string, data []byte) digest.Digest {
+	t.Helper()
+	base, _ := url.Parse("http://" + testRegistry + "/v2/" + repo + "/blobs/uploads/")
+	resp := registryDo(t, http.MethodPost, base.String(), "", nil, http.StatusAccepted)
+	loc, err := base.Parse(resp.Header.Get("Location"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := digest.FromBytes(data)
+	q := loc.Query()
+	q.Set("digest", d.String())
+	loc.RawQuery = q.Encode()
+	registryDo(t, http.MethodPut, loc.String(), "application/octet-stream", data, http.StatusCreated)
+	return d
+}
+
+func pushManifest(t *testing.T, repo, ref, mediaType string, raw []byte) digest.Digest {
+	t.Helper()
+	registryDo(t, http.MethodPut, "http://"+testRegistry+"/v2/"+repo+"/manifests/"+ref, mediaType, raw, http.StatusCreated)
+	return digest.FromBytes(raw)
+}
+
+type pushedImage struct {
+	manifest       []byte
+	manifestDigest digest.Digest
+	configDigest   digest.Digest
+}
+
+// pushImage pushes an OCI image of layers for arch whose config claims
+// diffIDs, tagged tag (none if empty).
+func pushImage(t *testing.T, repo, tag, arch string, layers []testLayer, diffIDs []digest.Digest) pushedImage {
+	t.Helper()
+	cfg, err := json.Marshal(imgspecv1.Image{
+		Platform: imgspecv1.Platform{OS: "linux", Architecture: arch},
+		Config:   imgspecv1.ImageConfig{Cmd: []string{"/bin/true"}},
+		RootFS:   imgspecv1.RootFS{Type: "layers", DiffIDs: diffIDs},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := imgspecv1.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2},
+		MediaType: imgspecv1.MediaTypeImageManifest,
+		Config:    imgspecv1.Descriptor{MediaType: imgspecv1.MediaTypeImageConfig, Digest: pushBlob(t, repo, cfg), Size: int64(len(cfg))},
+	}
+	for _, l := range layers {
+		m.Layers = append(m.Layers, imgspecv1.Descriptor{MediaType: imgspecv1.MediaTypeImageLayerGzip, Digest: pushBlob(t, repo, l.gz), Size: int64(len(l.gz))})
+	}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := tag
+	if ref == "" {
+		ref = digest.FromBytes(raw).String()
+	}
+	return pushedImage{manifest: raw, manifestDigest: pushManifest(t, repo, ref, imgspecv1.MediaTypeImageManifest, raw), configDigest: m.Config.Digest}
+}
+
+func blobPath(repo string, d digest.Digest) string { return "/v2/" + repo + "/blobs/" + d.String() }
+
+// assertNothingStored fails if a pull left layers, images or staged blobs.
+func assertNothingStored(t *testing.T, env *testEnv) {
+	t.Helper()
+	if layers, err := env.store.store.Layers(); err != nil || len(layers) != 0 {
+		t.Errorf("layers left: %d (%v)", len(layers), err)
+	}
+	if images, err := env.store.List(context.Background(), nil); err != nil || len(images) != 0 {
+		t.Errorf("images left: %v (%v)", images, err)
+	}
+	if staged, err := os.ReadDir(tmpDir(env.opts.Root)); err != nil || len(staged) != 0 {
+		t.Errorf("staged files left: %v (%v)", staged, err)
+	}
+}
+
+// A layer blob that does not match its digest is refused before storage
+// sees it.
+func TestFetchCorruptBlob(t *testing.T) {
+	p := newProxy(t, func(p *proxy) { p.corrupt = true })
+	env := newTestEnv(t, nil, registry{prefix: p.addr, location: p.addr})
+	_, err := env.store.Pull(context.Background(), p.addr+"/library/nginx:latest", nil)
+	if err == nil || !strings.Contains(err.Error(), "does not match its digest") {
+		t.Fatalf("err = %v", err)
+	}
+	assertNothingStored(t, env)
+}
+
+// A layer that unpacks to other content than its image config's DiffID
+// says is removed again: storage computes the DiffID in the one pass that
+// applies it.
+func TestFetchDiffIDMismatch(t *testing.T) {
+	repo := "podunit-test/fetch-lie"
+	actual := newTestLayer(t, map[string]string{"etc/real": "real"})
+	claimed := newTestLayer(t, map[string]string{"etc/claimed": "claimed"})
+	pushImage(t, repo, "1", runtime.GOARCH, []testLayer{actual}, []digest.Digest{claimed.diffID})
+	env := newTestEnv(t, nil)
+	_, err := env.store.Pull(context.Background(), testRegistry+"/"+repo+":1", nil)
+	if err == nil || !strings.Contains(err.Error(), "unpacks to content with digest "+actual.diffID.String()) {
+		t.Fatalf("err = %v", err)
+	}
+	assertNothingStored(t, env)
+}
+
+// Layers containers/image stored (here through skopeo) have the IDs fetch
+// computes: a second image on the same base downloads only its own layer,
+// and pulling the first again downloads no layer at all.
+func TestFetchReusesLayersOfContainersImage(t *testing.T) {
+	repo := "podunit-test/fetch-share"
+	base := newTestLayer(t, map[string]string{"base": "base"})
+	a := newTestLayer(t, map[string]string{"a": "a"})
+	b := newTestLayer(t, map[string]string{"b": "b"})
+	imgA := pushImage(t, repo, "a", runtime.GOARCH, []testLayer{base, a}, []digest.Digest{base.diffID, a.diffID})
+	pushImage(t, repo, "b", runtime.GOARCH, []testLayer{base, b}, []digest.Digest{base.diffID, b.diffID})
+
+	p := newProxy(t, nil)
+	env := newTestEnv(t, nil, registry{prefix: p.addr, location: p.addr})
+	ctx := context.Background()
+	driver := env.store.Driver()
+	if err := env.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	env.store = nil
+	if out, err := runCmd(ctx, "skopeo", "--policy", env.opts.PolicyPath, "copy", "--src-tls-verify=false",
+		"docker://"+testRegistry+"/"+repo+":a",
+		fmt.Sprintf("containers-storage:[%s@%s+%s]%s/%s:a", driver, env.opts.Root, env.opts.RunRoot, p.addr, repo)); err != nil {
+		t.Fatalf("skopeo copy: %v\n%s", err, out)
+	}
+	env.open(t)
+
+	idB, err := env.store.Pull(ctx, p.addr+"/"+repo+":b", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := p.blobCounts()
+	if n := counts[blobPath(repo, digest.FromBytes(base.gz))]; n != 0 {
+		t.Errorf("the shared base layer was downloaded %d times", n)
+	}
+	if n := counts[blobPath(repo, digest.FromBytes(b.gz))]; n != 1 {
+		t.Errorf("b's own layer was downloaded %d times, want 1", n)
+	}
+	if layers, _ := env.store.store.Layers(); len(layers) != 3 {
+		t.Errorf("%d layers stored, want 3 (base, a, b)", len(layers))
+	}
+	idA, err := env.store.Pull(ctx, p.addr+"/"+repo+":a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idA != imgA.configDigest.Encoded() || idA == idB {
+		t.Errorf("ids a=%s b=%s, want a=%s", idA, idB, imgA.configDigest.Encoded())
+	}
+	if n := p.blobCounts()[blobPath(repo, digest.FromBytes(a.gz))]; n != 0 {
+		t.Errorf("a's layer, stored by skopeo, was downloaded %d times", n)
+	}
+	img, _, err := env.store.Status(ctx, p.addr+"/"+repo+":a")
+	if err != nil || !slices.Contains(img.RepoDigests, p.addr+"/"+repo+"@"+imgA.manifestDigest.String()) {
+		t.Fatalf("status of a: %v, %v", img, err)
+	}
+}
+
+// From a manifest list only this machine's image is downloaded; the
+// image is found by the list's digest too.
+func TestFetchManifestList(t *testing.T) {
+	repo := "podunit-test/fetch-multi"
+	native := newTestLayer(t, map[string]string{"native": runtime.GOARCH})
+	other := newTestLayer(t, map[string]string{"other": "s390x"})
+	arch := "s390x"
+	if runtime.GOARCH == arch {
+		arch = "amd64"
+	}
+	imgNative := pushImage(t, repo, "", runtime.GOARCH, []testLayer{native}, []digest.Digest{native.diffID})
+	imgOther := pushImage(t, repo, "", arch, []testLayer{other}, []digest.Digest{other.diffID})
+	index, err := json.Marshal(imgspecv1.Index{
+		Versioned: specs.Versioned{SchemaVersion: 2},
+		MediaType: imgspecv1.MediaTypeImageIndex,
+		Manifests: []imgspecv1.Descriptor{
+			{MediaType: imgspecv1.MediaTypeImageManifest, Digest: imgOther.manifestDigest, Size: int64(len(imgOther.manifest)), Platform: &imgspecv1.Platform{OS: "linux", Architecture: arch}},
+			{MediaType: imgspecv1.MediaTypeImageManifest, Digest: imgNative.manifestDigest, Size: int64(len(imgNative.manifest)), Platform: &imgspecv1.Platform{OS: "linux", Architecture: runtime.GOARCH}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexDigest := pushManifest(t, repo, "multi", imgspecv1.MediaTypeImageIndex, index)
+
+	p := newProxy(t, nil)
+	env := newTestEnv(t, nil, registry{prefix: p.addr, location: p.addr})
+	ctx := context.Background()
+	id, err := env.store.Pull(ctx, p.addr+"/"+repo+":multi", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id != imgNative.configDigest.Encoded() {
+		t.Fatalf("pulled %s, want this machine's image %s", id, imgNative.configDigest.Encoded())
+	}
+	if n := p.blobCounts()[blobPath(repo, digest.FromBytes(other.gz))]; n != 0 {
+		t.Errorf("the other platform's layer was downloaded %d times", n)
+	}
+	byDigest := p.addr + "/" + repo + "@" + indexDigest.String()
+	if id2, err := env.store.Pull(ctx, byDigest, nil); err != nil || id2 != id {
+		t.Fatalf("pull by the list's digest: %s, %v", id2, err)
+	}
+	if img, _, err := env.store.Status(ctx, byDigest); err != nil || img.Id != id {
+		t.Fatalf("status by the list's digest: %v, %v", img, err)
+	}
+}
