@@ -52,12 +52,7 @@ func (s *Store) fetch(ctx context.Context, named reference.Named, sys *types.Sys
 	}
 	defer func() { _ = src.Close() }()
 
-	// The policy is checked before anything but the manifest is read, for
-	// the list and for the instance chosen from it, as copy.Image does.
 	top := image.UnparsedInstance(src, nil)
-	if err := allowed(ctx, policy, top); err != nil {
-		return "", err
-	}
 	topRaw, topMIME, err := top.Manifest(ctx)
 	if err != nil {
 		return "", fmt.Errorf("reading manifest: %w", err)
@@ -76,9 +71,12 @@ func (s *Store) fetch(ctx context.Context, named reference.Named, sys *types.Sys
 			return "", fmt.Errorf("digesting manifest list: %w", err)
 		}
 		inst = image.UnparsedInstance(src, &instDigest)
-		if err := allowed(ctx, policy, inst); err != nil {
-			return "", err
-		}
+	}
+	// The policy is checked before anything but the manifest is read, on
+	// the image itself, or on the instance chosen from a list, as
+	// copy.Image does.
+	if err := allowed(ctx, policy, inst); err != nil {
+		return "", err
 	}
 	raw, mime, err := inst.Manifest(ctx)
 	if err != nil {
