@@ -8,6 +8,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,6 +23,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/podunit/podunit/errdefs"
 )
 
 // testLayer is a gzipped tar and its DiffID.
@@ -287,5 +290,43 @@ func TestFetchManifestList(t *testing.T) {
 	}
 	if img, _, err := env.store.Status(ctx, byDigest); err != nil || img.Id != id {
 		t.Fatalf("status by the list's digest: %v, %v", img, err)
+	}
+}
+
+// The signature policy is enforced on single images and on the instance a
+// manifest list resolves to; a rejected pull stores nothing.
+func TestFetchPolicy(t *testing.T) {
+	repo := "podunit-test/fetch-policy"
+	l := newTestLayer(t, map[string]string{"policy": "x"})
+	img := pushImage(t, repo, "single", runtime.GOARCH, []testLayer{l}, []digest.Digest{l.diffID})
+	index, err := json.Marshal(imgspecv1.Index{
+		Versioned: specs.Versioned{SchemaVersion: 2},
+		MediaType: imgspecv1.MediaTypeImageIndex,
+		Manifests: []imgspecv1.Descriptor{{MediaType: imgspecv1.MediaTypeImageManifest, Digest: img.manifestDigest,
+			Size: int64(len(img.manifest)), Platform: &imgspecv1.Platform{OS: "linux", Architecture: runtime.GOARCH}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushManifest(t, repo, "list", imgspecv1.MediaTypeImageIndex, index)
+
+	env := newTestEnv(t, func(o *Options) {
+		policy := `{"default":[{"type":"insecureAcceptAnything"}],
+			"transports":{"docker":{"` + testRegistry + "/" + repo + `":[{"type":"reject"}]}}}`
+		o.PolicyPath = o.PolicyPath + ".rejecting"
+		if err := os.WriteFile(o.PolicyPath, []byte(policy), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	ctx := context.Background()
+	for _, tag := range []string{"single", "list"} {
+		_, err := env.store.Pull(ctx, testRegistry+"/"+repo+":"+tag, nil)
+		if !errors.Is(err, errdefs.ErrPermission) || !strings.Contains(err.Error(), "rejected") {
+			t.Fatalf("pull of %s: %v", tag, err)
+		}
+	}
+	assertNothingStored(t, env)
+	if _, err := env.store.Pull(ctx, tagImage, nil); err != nil {
+		t.Fatalf("a repository the policy accepts: %v", err)
 	}
 }
