@@ -11,7 +11,9 @@
 #                   and \[Flaky\]|\[Slow\]|\[Serial\])
 #   SHARD=1         only the specs listed in shard.txt (the fast subset CI
 #                   runs), judged by that list; FOCUS is then ignored
-#   NODES           ginkgo parallel processes (default 4)
+#   NODES           ginkgo parallel processes (default 8, as the upstream jobs'
+#                   --parallelism=8 on 2-vCPU machines; 4 with SHARD=1, the
+#                   setting CI's shard has passed with)
 #   SUITE_TIMEOUT   ginkgo suite timeout (default 3h; ginkgo's own 1h aborts a full run)
 #   KEEP=1          leave harness and podunit running afterwards (debugging only)
 #   KUBELET_FEATURE_GATES  NAME=BOOL[,NAME=BOOL...] for the kubelet's
@@ -57,7 +59,7 @@ source "$REPO/test/critest/lib.sh"
 : "${FOCUS:=\[NodeConformance\]}"
 : "${SKIP:=\[Flaky\]|\[Slow\]|\[Serial\]}"
 : "${SHARD:=0}"
-: "${NODES:=4}"
+: "${NODES:=$(((SHARD == 1) ? 4 : 8))}"
 : "${SUITE_TIMEOUT:=3h}"
 : "${KEEP:=0}"
 : "${RUNTIMES:=podunit}"
