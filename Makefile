@@ -210,7 +210,7 @@ deb:
 # built once from the Go module proxy and cached in /var/cache/podunit-node-e2e
 # (test/conformance/build.sh); the images are offline stand-ins
 # (test/conformance/images.sh). The full run is not a stage of `make test`:
-# it takes over an hour on 2 cores. SHARD=1 runs only the fast ratcheted
+# it takes about 25 minutes per runtime on 2 cores (8 ginkgo processes). SHARD=1 runs only the fast ratcheted
 # subset (test/conformance/shard.txt), as `make test`'s node-conformance-shard
 # stage does; FOCUS/SKIP/NODES override the defaults;
 # RUNTIMES="podunit containerd containerd2" runs it against the two
