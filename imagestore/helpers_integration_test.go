@@ -236,21 +236,32 @@ func newProxy(t *testing.T, configure func(*proxy)) *proxy {
 	return p
 }
 
-// stallBlobResponse fetches the blob, sends its first half and then nothing
-// until the client hangs up. Small blobs (the config) pass whole, so the
-// pull gets as far as the layers.
-func (p *proxy) stallBlobResponse(w http.ResponseWriter, r *http.Request, clientGone func()) {
+// upstreamBlob fetches the blob from the test registry and sends its
+// status and headers; the body is the caller's to send. ok is false when
+// the registry could not be reached (the client has its answer then).
+func upstreamBlob(w http.ResponseWriter, r *http.Request) (body []byte, ok bool) {
 	resp, err := http.Get("http://" + testRegistry + r.URL.Path)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
+		return nil, false
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
+	body, _ = io.ReadAll(resp.Body)
 	for k, v := range resp.Header {
 		w.Header()[k] = v
 	}
 	w.WriteHeader(resp.StatusCode)
+	return body, true
+}
+
+// stallBlobResponse sends the first half of the blob and then nothing
+// until the client hangs up. Small blobs (the config) pass whole, so the
+// pull gets as far as the layers.
+func (p *proxy) stallBlobResponse(w http.ResponseWriter, r *http.Request, clientGone func()) {
+	body, ok := upstreamBlob(w, r)
+	if !ok {
+		return
+	}
 	if len(body) < 4096 {
 		_, _ = w.Write(body)
 		return
@@ -264,17 +275,10 @@ func (p *proxy) stallBlobResponse(w http.ResponseWriter, r *http.Request, client
 // corruptBlobResponse sends the blob with one byte changed, except small
 // blobs (the config), so the pull gets as far as the layers.
 func corruptBlobResponse(w http.ResponseWriter, r *http.Request) {
-	resp, err := http.Get("http://" + testRegistry + r.URL.Path)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
+	body, ok := upstreamBlob(w, r)
+	if !ok {
 		return
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for k, v := range resp.Header {
-		w.Header()[k] = v
-	}
-	w.WriteHeader(resp.StatusCode)
 	if len(body) >= 4096 {
 		body[len(body)/2] ^= 0xff
 	}
