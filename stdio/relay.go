@@ -35,51 +35,110 @@ import (
 // stderr-stream.
 const relayFlag = "--relay-child"
 
-// StartRelay connects two journald streams, starts the relays and makes
-// fds 1 and 2 of this process the pipes' write ends. pidFile, if set,
-// receives the relays' PIDs (the exit recorder waits for them to drain).
-// When journald cannot be reached the inherited stdout/stderr stay.
+// StartRelay makes fds 1 and 2 of this process the write ends of two new
+// pipes and returns handOff, which gives the read ends to the relay:
+// it connects two journald streams and registers both pairs with the
+// node's relay, or starts relays in the unit. pidFile, if set, receives
+// those relays' PIDs (the exit recorder waits for them to drain). When
+// journald cannot be reached the inherited stdout/stderr take the
+// streams' place.
+//
+// The split is for the start path: the pipes are all the runtime needs,
+// so the wrapper runs `runc create` while handOff runs (journald's two
+// accepts and the relay's reply, which took ~25 ms before runc even
+// started). The container's init only runs at `runc start`, after the
+// wrapper has exited, so nothing it writes waits on handOff; what the
+// runtime itself writes before then waits in the pipes.
 //
 // Each stream is relayed by cat(1): stdin the pipe, stdout the socket. It
 // is about 1 MB of memory per stream; re-executing podunit itself costs
 // over 20 MB (every package's init runs), which per container would match
 // the shims this design does without.
-func StartRelay(o Options, pidFile string, warn io.Writer) error {
-	outSock, err := Connect(o.Socket, o.Identifier, o.Unit, PriorityStdout)
-	if err != nil {
-		fmt.Fprintf(warn, "podunit _stdio: %v; keeping inherited stdout/stderr\n", err)
-		return nil
-	}
-	errSock, err := Connect(o.Socket, o.Identifier, o.Unit, PriorityStderr)
-	if err != nil {
-		unix.Close(outSock)
-		fmt.Fprintf(warn, "podunit _stdio: %v; keeping inherited stdout/stderr\n", err)
-		return nil
+func StartRelay(o Options, pidFile string) (handOff func(), err error) {
+	// The inherited stdout/stderr, kept for the case without journald
+	// and for the wrapper's own warnings (fd 2 is about to be the
+	// container's stderr pipe, whose lines would land in its CRI log).
+	var inherited [2]int
+	for i, fd := range []int{1, 2} {
+		d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			for _, c := range inherited[:i] {
+				unix.Close(c)
+			}
+			return nil, fmt.Errorf("dup fd %d: %w", fd, err)
+		}
+		inherited[i] = d
 	}
 	var outP, errP [2]int
 	if err := unix.Pipe2(outP[:], unix.O_CLOEXEC); err != nil {
-		return fmt.Errorf("pipe: %w", err)
+		unix.Close(inherited[0])
+		unix.Close(inherited[1])
+		return nil, fmt.Errorf("pipe: %w", err)
 	}
 	if err := unix.Pipe2(errP[:], unix.O_CLOEXEC); err != nil {
-		return fmt.Errorf("pipe: %w", err)
+		for _, c := range []int{inherited[0], inherited[1], outP[0], outP[1]} {
+			unix.Close(c)
+		}
+		return nil, fmt.Errorf("pipe: %w", err)
 	}
+	if err := dupWriteEnds(outP[1], errP[1]); err != nil {
+		return nil, err
+	}
+	return func() {
+		warn := os.NewFile(uintptr(inherited[1]), "inherited-stderr")
+		defer warn.Close()
+		defer unix.Close(inherited[0])
+		handOffPipes(o, pidFile, warn, outP[0], errP[0], inherited)
+	}, nil
+}
+
+// handOffPipes gives the read ends outPipe and errPipe to the node's
+// relay, or to relays it starts in the unit, and closes them (inherited
+// stays open). Failures only degrade logging, so they are reported to warn and
+// never fail the container's start.
+func handOffPipes(o Options, pidFile string, warn io.Writer, outPipe, errPipe int, inherited [2]int) {
+	relaySocket := o.RelaySocket
+	streams, err := connectStreams(o)
+	if err != nil {
+		// As without the wrapper: the unit's own stdout/stderr. The node's
+		// relay sends to journald streams only, so relays in the unit
+		// (cat) carry the pipes there.
+		fmt.Fprintf(warn, "podunit _stdio: %v; relaying to the inherited stdout/stderr\n", err)
+		relaySocket = ""
+		for i, fd := range inherited {
+			d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+			if err != nil {
+				fmt.Fprintf(warn, "podunit _stdio: dup: %v; the container's output is lost\n", err)
+				unix.Close(outPipe)
+				unix.Close(errPipe)
+				for _, c := range streams[:i] {
+					unix.Close(c)
+				}
+				return
+			}
+			streams[i] = d
+		}
+	}
+	outSock, errSock := streams[0], streams[1]
 	pairs := [][2]*os.File{
-		{os.NewFile(uintptr(outP[0]), "stdout-pipe"), os.NewFile(uintptr(outSock), "stdout-stream")},
-		{os.NewFile(uintptr(errP[0]), "stderr-pipe"), os.NewFile(uintptr(errSock), "stderr-stream")},
+		{os.NewFile(uintptr(outPipe), "stdout-pipe"), os.NewFile(uintptr(outSock), "stdout-stream")},
+		{os.NewFile(uintptr(errPipe), "stderr-pipe"), os.NewFile(uintptr(errSock), "stderr-stream")},
 	}
-	if o.RelaySocket != "" {
+	defer func() {
+		for _, p := range pairs {
+			p[0].Close()
+			p[1].Close()
+		}
+	}()
+	if relaySocket != "" {
 		tapDir := ""
 		if o.StdinFIFO != "" {
 			tapDir = filepath.Dir(o.StdinFIFO)
 		}
 		lo := logrelay.LogOptions{Path: o.LogPath, UID: -1, GID: -1, NoJournal: o.NoJournal}
-		err := logrelay.Register(o.RelaySocket, o.RelayID, tapDir, unitCgroupDir(ownCgroupDir(o.CgroupRoot), o.CgroupLeaf), lo, outP[0], outSock, errP[0], errSock, 10*time.Second)
+		err := logrelay.Register(relaySocket, o.RelayID, tapDir, unitCgroupDir(ownCgroupDir(o.CgroupRoot), o.CgroupLeaf), lo, outPipe, outSock, errPipe, errSock, 10*time.Second)
 		if err == nil {
-			for _, p := range pairs {
-				p[0].Close()
-				p[1].Close()
-			}
-			return dupWriteEnds(outP[1], errP[1])
+			return
 		}
 		fmt.Fprintf(warn, "podunit _stdio: %v; relaying from inside the unit instead\n", err)
 	}
@@ -109,20 +168,32 @@ func StartRelay(o Options, pidFile string, warn io.Writer) error {
 		// Not in the terminal's session: no SIGHUP/SIGINT meant for it.
 		cmd.SysProcAttr = &unix.SysProcAttr{Setsid: true}
 		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("start log relay: %w", err)
+			// The pipes' read ends close with this function: the
+			// container's writes then fail with EPIPE rather than block.
+			fmt.Fprintf(warn, "podunit _stdio: start log relay: %v; the container's output is lost\n", err)
+			continue
 		}
 		pids = append(pids, strconv.Itoa(cmd.Process.Pid))
 		// They outlive this wrapper and are re-parented to systemd.
 		_ = cmd.Process.Release()
 	}
-	for _, p := range pairs {
-		p[0].Close()
-		p[1].Close()
-	}
-	if pidFile != "" {
+	if pidFile != "" && len(pids) > 0 {
 		_ = os.WriteFile(pidFile, []byte(strings.Join(pids, " ")), 0o644)
 	}
-	return dupWriteEnds(outP[1], errP[1])
+}
+
+// connectStreams opens the stdout and stderr journald streams.
+func connectStreams(o Options) ([2]int, error) {
+	out, err := Connect(o.Socket, o.Identifier, o.Unit, PriorityStdout)
+	if err != nil {
+		return [2]int{}, err
+	}
+	errFd, err := Connect(o.Socket, o.Identifier, o.Unit, PriorityStderr)
+	if err != nil {
+		unix.Close(out)
+		return [2]int{}, err
+	}
+	return [2]int{out, errFd}, nil
 }
 
 // ownCgroupDir is this process' cgroup directory (the unit's, or on v2

@@ -323,12 +323,21 @@ func Main(args []string) int {
 		return superviseTerminal(o, path, os.Stderr)
 	}
 	if o.PIDFile != "" {
-		// Unit mode: pipes through a relay, runtime as a supervised child.
-		if err := StartRelay(o, o.PIDFile+".relay", os.Stderr); err != nil {
+		// Unit mode: pipes through a relay, runtime as a supervised child,
+		// the pipes handed to the relay while the runtime creates.
+		handOff, err := StartRelay(o, o.PIDFile+".relay")
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "podunit _stdio:", err)
 			return 1
 		}
-		return Supervise(path, o.Argv, o.PIDFile, 30*time.Second)
+		handedOff := make(chan struct{})
+		go func() {
+			defer close(handedOff)
+			handOff()
+		}()
+		code := Supervise(path, o.Argv, o.PIDFile, 30*time.Second)
+		<-handedOff
+		return code
 	}
 	Setup(o, os.Stderr)
 	err = syscall.Exec(path, o.Argv, os.Environ())

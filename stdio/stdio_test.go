@@ -294,3 +294,115 @@ func TestUnitCgroupDir(t *testing.T) {
 		}
 	}
 }
+
+// The runtime's create must not wait for the relay: the wrapper runs it
+// while the pipes are handed over. The fake relay holds its reply until
+// the runtime has run (or 5 s), then reads what the runtime wrote from
+// the pipe it was given.
+func TestRuntimeRunsWhileRelayRegisters(t *testing.T) {
+	sock, _ := fakeJournal(t)
+	dir := t.TempDir()
+	relaySock := filepath.Join(dir, "relay.sock")
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: relaySock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	marker := filepath.Join(dir, "created")
+	type result struct {
+		sawMarker bool
+		output    string
+		err       error
+	}
+	res := make(chan result, 1)
+	go func() {
+		var r result
+		defer func() { res <- r }()
+		c, err := l.AcceptUnix()
+		if err != nil {
+			r.err = err
+			return
+		}
+		defer c.Close()
+		buf, oob := make([]byte, 4096), make([]byte, 256)
+		_, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+		if err != nil {
+			r.err = err
+			return
+		}
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil || len(msgs) != 1 {
+			r.err = err
+			return
+		}
+		fds, err := unix.ParseUnixRights(&msgs[0])
+		if err != nil || len(fds) != 4 {
+			r.err = err
+			return
+		}
+		for _, fd := range fds[1:] {
+			unix.Close(fd)
+		}
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(marker); err == nil {
+				r.sawMarker = true
+				break
+			}
+		}
+		c.Write([]byte("OK"))
+		out := os.NewFile(uintptr(fds[0]), "stdout-pipe")
+		b, err := io.ReadAll(out)
+		out.Close()
+		r.output, r.err = string(b), err
+	}()
+	pidFile := filepath.Join(dir, "pid")
+	script := `echo $$ > ` + pidFile + `; echo from-runtime; touch ` + marker
+	cmd := exec.Command(os.Args[0], "_stdio", "--unit", "u.service", "--identifier", "c", "--socket", sock,
+		"--pid-file", pidFile, "--relay-socket", relaySock, "--relay-id", "c1", "--", "/bin/sh", "-c", script)
+	if out, err := cmd.CombinedOutput(); err != nil || len(out) != 0 {
+		t.Fatalf("wrapper: %v, output on inherited fds: %q", err, out)
+	}
+	select {
+	case r := <-res:
+		if r.err != nil {
+			t.Fatalf("fake relay: %v", r.err)
+		}
+		if !r.sawMarker {
+			t.Error("the runtime ran only after the relay replied")
+		}
+		if strings.TrimSpace(r.output) != "from-runtime" {
+			t.Errorf("relay read %q from the stdout pipe", r.output)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("fake relay did not finish")
+	}
+}
+
+// Without journald the pipes are relayed to the unit's own stdout and
+// stderr, and the wrapper's warning goes to its inherited stderr, not into
+// the container's stderr pipe.
+func TestUnitModeWithoutJournal(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	cmd := exec.Command(os.Args[0], "_stdio", "--unit", "u.service", "--socket", filepath.Join(dir, "missing"),
+		"--pid-file", pidFile, "--", "/bin/sh", "-c", `echo $$ > `+pidFile+`; echo to-out; echo to-err >&2`)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("wrapper: %v (stderr %q)", err, stderr.String())
+	}
+	// The relays (cat) outlive the wrapper; Run returns once they closed
+	// the inherited pipes, so both outputs are complete here.
+	if stdout.String() != "to-out\n" {
+		t.Errorf("stdout %q", stdout.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	warned, relayed := false, false
+	for _, l := range lines {
+		warned = warned || strings.Contains(l, "relaying to the inherited stdout/stderr")
+		relayed = relayed || l == "to-err"
+	}
+	if !warned || !relayed || len(lines) != 2 {
+		t.Errorf("stderr %q: want the warning and the container's line", stderr.String())
+	}
+}
