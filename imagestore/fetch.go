@@ -152,7 +152,7 @@ func (s *Store) fetch(ctx context.Context, named reference.Named, sys *types.Sys
 		if i > 0 {
 			parent = ids[i-1]
 		}
-		err := s.applyLayer(ids[i], parent, layers[i], diffIDs[i], b.path, touch)
+		err := s.applyLayer(ids[i], parent, layers[i], diffIDs[i], b, touch)
 		_ = os.Remove(b.path) // its space is needed for the next layers
 		if err != nil {
 			return "", err
@@ -165,7 +165,19 @@ func (s *Store) fetch(ctx context.Context, named reference.Named, sys *types.Sys
 	if len(ids) > 0 {
 		topLayer = ids[len(ids)-1]
 	}
-	return s.commitImage(named, cfgInfo.Digest, cfgBlob, oci, topLayer, instDigest, raw, listDigest, topRaw)
+	id, err := s.commitImage(named, cfgInfo.Digest, cfgBlob, oci, topLayer, instDigest, raw, listDigest, topRaw)
+	if err != nil {
+		return "", err
+	}
+	// The kubelet asks ImageStatus and creates a container right after a
+	// pull: the config is at hand here, storage would have to open the
+	// image again for it (manifest, config, sizes).
+	if cfg, err := s.newImageConfig(id, oci, raw, mime); err == nil {
+		s.configs.Store(id, cfg)
+	} else {
+		s.log.WarnContext(ctx, "caching the pulled image's config", "id", id, "err", err)
+	}
+	return id, nil
 }
 
 func allowed(ctx context.Context, policy *signature.PolicyContext, img types.UnparsedImage) error {
@@ -190,8 +202,9 @@ func chainLayerID(parent string, diffID digest.Digest) string {
 }
 
 type blob struct {
-	done chan struct{} // closed when path or err is set
+	done chan struct{} // closed when size or err is set
 	path string
+	size int64 // verified against the manifest where it has one
 	err  error
 }
 
@@ -232,7 +245,7 @@ func (s *Store) downloadMissing(ctx context.Context, src types.ImageSource, laye
 			b := d.of[i]
 			d.wg.Go(func() {
 				defer func() { <-sem }()
-				b.err = download(dctx, src, layers[i], b.path, touch)
+				b.size, b.err = download(dctx, src, layers[i], b.path, touch)
 				close(b.done)
 			})
 		}
@@ -240,16 +253,17 @@ func (s *Store) downloadMissing(ctx context.Context, src types.ImageSource, laye
 	return d
 }
 
-// download writes the blob to path and verifies its size and digest.
-func download(ctx context.Context, src types.ImageSource, info types.BlobInfo, path string, touch func()) error {
+// download writes the blob to path, verifies its size and digest and
+// returns its size.
+func download(ctx context.Context, src types.ImageSource, info types.BlobInfo, path string, touch func()) (int64, error) {
 	rc, _, err := src.GetBlob(ctx, info, none.NoCache)
 	if err != nil {
-		return fmt.Errorf("fetching layer %s: %w", info.Digest, err)
+		return 0, fmt.Errorf("fetching layer %s: %w", info.Digest, err)
 	}
 	defer func() { _ = rc.Close() }()
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
-		return fmt.Errorf("staging layer %s: %w", info.Digest, err)
+		return 0, fmt.Errorf("staging layer %s: %w", info.Digest, err)
 	}
 	verifier := info.Digest.Verifier()
 	n, err := io.Copy(io.MultiWriter(f, verifier), touchReader{rc, touch})
@@ -257,31 +271,27 @@ func download(ctx context.Context, src types.ImageSource, info types.BlobInfo, p
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("fetching layer %s: %w", info.Digest, err)
+		return 0, fmt.Errorf("fetching layer %s: %w", info.Digest, err)
 	}
 	if info.Size >= 0 && n != info.Size {
-		return fmt.Errorf("layer %s: %d bytes received, the manifest says %d", info.Digest, n, info.Size)
+		return 0, fmt.Errorf("layer %s: %d bytes received, the manifest says %d", info.Digest, n, info.Size)
 	}
 	if !verifier.Verified() {
-		return fmt.Errorf("layer %s: the data received does not match its digest", info.Digest)
+		return 0, fmt.Errorf("layer %s: the data received does not match its digest", info.Digest)
 	}
-	return nil
+	return n, nil
 }
 
-// applyLayer creates layer id from the verified blob at path; storage
+// applyLayer creates layer id from the verified blob b; storage
 // computes the DiffID while it applies, and a layer whose DiffID is not
 // the config's is removed again.
-func (s *Store) applyLayer(id, parent string, info types.BlobInfo, diffID digest.Digest, path string, touch func()) error {
-	f, err := os.Open(path)
+func (s *Store) applyLayer(id, parent string, info types.BlobInfo, diffID digest.Digest, b *blob, touch func()) error {
+	f, err := os.Open(b.path)
 	if err != nil {
 		return fmt.Errorf("staged layer %s: %w", info.Digest, err)
 	}
 	defer func() { _ = f.Close() }()
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("staged layer %s: %w", info.Digest, err)
-	}
-	size := st.Size()
+	size := b.size
 	layer, _, err := s.store.PutLayer(id, parent, nil, "", false, &storage.LayerOptions{
 		OriginalDigest: info.Digest, // verified while downloading
 		OriginalSize:   &size,

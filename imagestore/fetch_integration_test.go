@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -116,8 +118,8 @@ type pushedImage struct {
 }
 
 // pushImage pushes an OCI image of layers for arch whose config claims
-// diffIDs, tagged tag (none if empty).
-func pushImage(t *testing.T, repo, tag, arch string, layers []testLayer, diffIDs []digest.Digest) pushedImage {
+// diffIDs, tagged tag (none if empty), with the manifest's annotations.
+func pushImage(t *testing.T, repo, tag, arch string, layers []testLayer, diffIDs []digest.Digest, annotations map[string]string) pushedImage {
 	t.Helper()
 	cfg, err := json.Marshal(imgspecv1.Image{
 		Platform: imgspecv1.Platform{OS: "linux", Architecture: arch},
@@ -128,9 +130,10 @@ func pushImage(t *testing.T, repo, tag, arch string, layers []testLayer, diffIDs
 		t.Fatal(err)
 	}
 	m := imgspecv1.Manifest{
-		Versioned: specs.Versioned{SchemaVersion: 2},
-		MediaType: imgspecv1.MediaTypeImageManifest,
-		Config:    imgspecv1.Descriptor{MediaType: imgspecv1.MediaTypeImageConfig, Digest: pushBlob(t, repo, cfg), Size: int64(len(cfg))},
+		Versioned:   specs.Versioned{SchemaVersion: 2},
+		MediaType:   imgspecv1.MediaTypeImageManifest,
+		Config:      imgspecv1.Descriptor{MediaType: imgspecv1.MediaTypeImageConfig, Digest: pushBlob(t, repo, cfg), Size: int64(len(cfg))},
+		Annotations: annotations,
 	}
 	for _, l := range layers {
 		m.Layers = append(m.Layers, imgspecv1.Descriptor{MediaType: imgspecv1.MediaTypeImageLayerGzip, Digest: pushBlob(t, repo, l.gz), Size: int64(len(l.gz))})
@@ -181,7 +184,7 @@ func TestFetchDiffIDMismatch(t *testing.T) {
 	repo := "podunit-test/fetch-lie"
 	actual := newTestLayer(t, map[string]string{"etc/real": "real"})
 	claimed := newTestLayer(t, map[string]string{"etc/claimed": "claimed"})
-	pushImage(t, repo, "1", runtime.GOARCH, []testLayer{actual}, []digest.Digest{claimed.diffID})
+	pushImage(t, repo, "1", runtime.GOARCH, []testLayer{actual}, []digest.Digest{claimed.diffID}, nil)
 	env := newTestEnv(t, nil)
 	_, err := env.store.Pull(context.Background(), testRegistry+"/"+repo+":1", nil)
 	if err == nil || !strings.Contains(err.Error(), "unpacks to content with digest "+actual.diffID.String()) {
@@ -198,8 +201,8 @@ func TestFetchReusesLayersOfContainersImage(t *testing.T) {
 	base := newTestLayer(t, map[string]string{"base": "base"})
 	a := newTestLayer(t, map[string]string{"a": "a"})
 	b := newTestLayer(t, map[string]string{"b": "b"})
-	imgA := pushImage(t, repo, "a", runtime.GOARCH, []testLayer{base, a}, []digest.Digest{base.diffID, a.diffID})
-	pushImage(t, repo, "b", runtime.GOARCH, []testLayer{base, b}, []digest.Digest{base.diffID, b.diffID})
+	imgA := pushImage(t, repo, "a", runtime.GOARCH, []testLayer{base, a}, []digest.Digest{base.diffID, a.diffID}, nil)
+	pushImage(t, repo, "b", runtime.GOARCH, []testLayer{base, b}, []digest.Digest{base.diffID, b.diffID}, nil)
 
 	p := newProxy(t, nil)
 	env := newTestEnv(t, nil, registry{prefix: p.addr, location: p.addr})
@@ -256,8 +259,8 @@ func TestFetchManifestList(t *testing.T) {
 	if runtime.GOARCH == arch {
 		arch = "amd64"
 	}
-	imgNative := pushImage(t, repo, "", runtime.GOARCH, []testLayer{native}, []digest.Digest{native.diffID})
-	imgOther := pushImage(t, repo, "", arch, []testLayer{other}, []digest.Digest{other.diffID})
+	imgNative := pushImage(t, repo, "", runtime.GOARCH, []testLayer{native}, []digest.Digest{native.diffID}, nil)
+	imgOther := pushImage(t, repo, "", arch, []testLayer{other}, []digest.Digest{other.diffID}, nil)
 	index, err := json.Marshal(imgspecv1.Index{
 		Versioned: specs.Versioned{SchemaVersion: 2},
 		MediaType: imgspecv1.MediaTypeImageIndex,
@@ -298,7 +301,7 @@ func TestFetchManifestList(t *testing.T) {
 func TestFetchPolicy(t *testing.T) {
 	repo := "podunit-test/fetch-policy"
 	l := newTestLayer(t, map[string]string{"policy": "x"})
-	img := pushImage(t, repo, "single", runtime.GOARCH, []testLayer{l}, []digest.Digest{l.diffID})
+	img := pushImage(t, repo, "single", runtime.GOARCH, []testLayer{l}, []digest.Digest{l.diffID}, nil)
 	index, err := json.Marshal(imgspecv1.Index{
 		Versioned: specs.Versioned{SchemaVersion: 2},
 		MediaType: imgspecv1.MediaTypeImageIndex,
@@ -328,5 +331,62 @@ func TestFetchPolicy(t *testing.T) {
 	assertNothingStored(t, env)
 	if _, err := env.store.Pull(ctx, tagImage, nil); err != nil {
 		t.Fatalf("a repository the policy accepts: %v", err)
+	}
+}
+
+// Staged blobs of a daemon that died mid-pull are removed when the store
+// is opened again; the directory itself stays for the next pull.
+func TestStaleStagingRemovedAtOpen(t *testing.T) {
+	env := newTestEnv(t, nil)
+	staging := tmpDir(env.opts.Root)
+	if err := os.MkdirAll(filepath.Join(staging, "pull-123", "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(staging, "pull-123", "sub", "blob"), make([]byte, 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(staging, "layer-stale"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.store.store.Shutdown(true); err != nil {
+		t.Fatal(err)
+	}
+	env.open(t)
+	left, err := os.ReadDir(staging)
+	if err != nil {
+		t.Fatalf("staging directory after reopening: %v", err)
+	}
+	if len(left) != 0 {
+		t.Errorf("left in %s after reopening: %v", staging, left)
+	}
+}
+
+// The config a pull caches is the one storage gives when the image is read
+// back: the pull fills the cache from what it fetched.
+func TestFetchCachesConfigAsStored(t *testing.T) {
+	repo := "podunit-test/fetch-config"
+	l := newTestLayer(t, map[string]string{"f": "config cache"})
+	pushImage(t, repo, "1", runtime.GOARCH, []testLayer{l}, []digest.Digest{l.diffID},
+		map[string]string{"org.opencontainers.image.title": "podunit test"})
+	env := newTestEnv(t, nil)
+	s, ctx := env.store, context.Background()
+	id, err := s.Pull(ctx, testRegistry+"/"+repo+":1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached, ok := s.configs.Load(id)
+	if !ok {
+		t.Fatalf("the pull left image %s's config uncached", id)
+	}
+	s.configs.Delete(id)
+	stored, err := s.config(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cached, stored) {
+		t.Errorf("cached at pull %+v\nread from storage %+v", cached, stored)
+	}
+	if stored.annotations["org.opencontainers.image.title"] != "podunit test" || stored.size == 0 {
+		t.Errorf("stored config %+v: want the manifest's annotation and a size", stored)
 	}
 }

@@ -268,16 +268,33 @@ func (s *Store) config(ctx context.Context, id string) (*imageConfig, error) {
 	if err != nil {
 		return nil, storageErr("reading config of image "+id, err)
 	}
+	raw, mime, err := src.Manifest(ctx)
+	if err != nil {
+		raw, mime = nil, ""
+	}
+	cfg, err := s.newImageConfig(id, oci, raw, mime)
+	if err != nil {
+		return nil, err
+	}
+	s.configs.Store(id, cfg)
+	return cfg, nil
+}
+
+// newImageConfig is the cache entry of image id: its config, the
+// annotations of its manifest raw (of type mime) when that is an OCI
+// manifest, and its size in storage.
+func (s *Store) newImageConfig(id string, oci *imgspecv1.Image, raw []byte, mime string) (*imageConfig, error) {
 	cfg := &imageConfig{oci: *oci}
-	if raw, mime, err := src.Manifest(ctx); err == nil && mime == imgspecv1.MediaTypeImageManifest {
+	if manifest.NormalizedMIMEType(mime) == imgspecv1.MediaTypeImageManifest {
 		if m, err := manifest.OCI1FromManifest(raw); err == nil && len(m.Annotations) > 0 {
 			cfg.annotations = m.Annotations
 		}
 	}
-	if cfg.size, err = s.store.ImageSize(id); err != nil {
+	size, err := s.store.ImageSize(id)
+	if err != nil {
 		return nil, storageErr("sizing image "+id, err)
 	}
-	s.configs.Store(id, cfg)
+	cfg.size = size
 	return cfg, nil
 }
 

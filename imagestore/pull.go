@@ -113,13 +113,6 @@ func (s *Store) pull(ctx context.Context, named reference.Named, creds credentia
 		}
 		return "", classifyPullError(named.String(), registryOf(named), err)
 	}
-	// The kubelet asks ImageStatus and creates a container right after a
-	// pull; reading the config here keeps that read off both calls (a
-	// status with a cold cache opened the image in storage: manifest,
-	// config and sizes, about 0.4 ms of critest's StatusImage).
-	if _, err := s.config(ctx, id); err != nil {
-		log.WarnContext(ctx, "reading the pulled image's config", "id", id, "err", err)
-	}
 	log.InfoContext(ctx, "pulled image", "id", id, "duration", time.Since(start).Round(time.Millisecond))
 	return id, nil
 }
