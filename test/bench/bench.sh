@@ -664,6 +664,16 @@ profile() {
 	bash "$BENCH_DIR/pull.sh" -n 6 "podunit=$PU" >"$BENCH_OUT/profile-pull.log" 2>&1 || true
 	wait "$prof" || return 1
 	go tool pprof -top -cum -nodecount=60 "$bin" "$BENCH_OUT/podunit.pull.cpu.pprof" >"$BENCH_OUT/pprof-pull-cum.txt" 2>&1
+	# The heap behind the density figure: live data (after a forced GC) at
+	# 0 and at 100 running pods, so the growth per container splits into
+	# what podunit keeps and what is GC headroom in the RSS.
+	log "profiling podunit's heap (density, 0 and 100 pods of 1 container)"
+	"$CRIBENCH" density -endpoint "$PU" -name podunit-profiled -per-pod 1 -counts 100 -harness "$HNAME" -pid1 "$HPID" \
+		-daemon podunit-pprof -heap "$BENCH_OUT/podunit.heap" -heap-url "http://$addr/debug/pprof/heap" \
+		-out "$BENCH_OUT/profile-density.jsonl" >"$BENCH_OUT/profile-density.log" 2>&1 || true
+	[[ ! -s $BENCH_OUT/podunit.heap-100.pprof ]] ||
+		go tool pprof -top -nodecount=40 -sample_index=inuse_space -base "$BENCH_OUT/podunit.heap-0.pprof" "$bin" \
+			"$BENCH_OUT/podunit.heap-100.pprof" >"$BENCH_OUT/pprof-heap-100.txt" 2>&1
 	cp "$bin" "$BENCH_OUT/podunit-profiled.bin"
 	go tool pprof -top -nodecount=40 "$bin" "$BENCH_OUT/podunit.cpu.pprof" >"$BENCH_OUT/pprof-top.txt" 2>&1
 	go tool pprof -top -cum -nodecount=60 "$bin" "$BENCH_OUT/podunit.cpu.pprof" >"$BENCH_OUT/pprof-cum.txt" 2>&1

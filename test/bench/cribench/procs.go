@@ -5,6 +5,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -272,7 +274,18 @@ func cmdDensity(args []string) (retErr error) {
 	pid1 := fs.Int("pid1", 0, "host PID of the harness' systemd")
 	daemonFlag := fs.String("daemon", "", "the runtime daemon, COMM[@ARG] (podunit, containerd@/path/config.toml)")
 	settle := fs.Duration("settle", 5*time.Second, "wait after the last start before measuring")
+	heap := fs.String("heap", "", "PREFIX: at the baseline and each count, save the daemon's heap profile (after a GC) from its pprof URL to PREFIX-<count>.pprof; URL in -heap-url")
+	heapURL := fs.String("heap-url", "", "the daemon's /debug/pprof/heap URL (with -heap)")
 	fs.Parse(args)
+	if (*heap == "") != (*heapURL == "") {
+		return fmt.Errorf("-heap and -heap-url go together")
+	}
+	saveHeap := func(count int) error {
+		if *heap == "" {
+			return nil
+		}
+		return fetchTo(*heapURL+"?gc=1", fmt.Sprintf("%s-%d.pprof", *heap, count))
+	}
 	counts, err := parseCounts(*countsFlag)
 	if err != nil {
 		return err
@@ -308,6 +321,9 @@ func cmdDensity(args []string) (retErr error) {
 		params["daemon_age_s"] = strconv.FormatFloat(age, 'f', 0, 64)
 	}
 	points := []DensityPoint{densityPoint(0, base, base, *pid1, daemon)}
+	if err := saveHeap(0); err != nil {
+		return err
+	}
 	running := 0
 	for _, c := range counts {
 		// two at a time: the figure is the steady state, not start-up speed
@@ -343,10 +359,35 @@ func cmdDensity(args []string) (retErr error) {
 			return err
 		}
 		points = append(points, p)
+		if err := saveHeap(c); err != nil {
+			return err
+		}
 		fmt.Printf("%-11s density %3d pods × %d: overhead procs %d (%s) RSS %d KiB; PID 1 RSS %d KiB (base %d); daemon RSS %d KiB (base %d)\n",
 			t.Name, c, *perPod, p.OverheadProcs, comms(p.OverheadComms), p.OverheadRSS, p.PID1RSS, points[0].PID1RSS, p.DaemonRSS, points[0].DaemonRSS)
 	}
 	return appendResult(t.Out, Result{Kind: "density", Runtime: t.Name, Params: params, Density: points})
+}
+
+// fetchTo saves the body of a GET of url to path.
+func fetchTo(url, path string) error {
+	c := http.Client{Timeout: 30 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	return f.Close()
 }
 
 func comms(m map[string]int) string {
