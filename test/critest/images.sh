@@ -2,11 +2,12 @@
 # images.sh — build, offline, every image that critest v1.37.0 (validation and
 # benchmark suites) pulls, and push them to the local registry (registry.sh).
 #
-# Usage: images.sh [--no-push] [--list]
+# Usage: images.sh [--no-push] [--list] [--stamp]
 #   (no option)  build all images, start the registry if it is not running,
 #                push, verify the pushed digests, print the image table
 #   --no-push    build the OCI layout only (no registry needed)
 #   --list       print "original-reference -> local-reference" and exit
+#   --stamp      print the stamp of what the images are built from and exit
 #
 # How the images are made (no docker, no buildah, no network but Debian's apt):
 #   * Debian .debs (busybox, busybox-static, nginx, procps, util-linux and the
@@ -655,6 +656,16 @@ lock_images() {
 	flock "$IMAGES_LOCK"
 }
 
+# critest_stamp: what the pushed images are built from (this script and its
+# C sources). main tags the pause index with CRITEST_STAMP_REPO:<stamp> once
+# every image is pushed, and ensure_test_registry (lib.sh) builds again only
+# when that tag is missing: a registry whose storage survived (a stopped
+# registry, an earlier run) is used as it is, and a changed image reaches it.
+CRITEST_STAMP_REPO=podunit/critest-images
+critest_stamp() {
+	cat "$KIT_DIR/images.sh" "$KIT_DIR"/src/*.c | sha256sum | cut -c1-16
+}
+
 start_registry() {
 	registry_up || bash "$KIT_DIR/registry.sh" start {IMAGES_LOCK}>&-
 }
@@ -673,6 +684,7 @@ main() {
 		case $1 in
 		--no-push) push=0 ;;
 		--list) list=1 ;;
+		--stamp) critest_stamp; exit 0 ;;
 		-h | --help) sed -n '2,40p' "$0"; exit 0 ;;
 		*) die "unknown option $1" ;;
 		esac
@@ -740,7 +752,11 @@ main() {
 			push_index "$repo" "$tag" "$digest"
 			verify_ref "$repo" "$tag" "$digest"
 		done <"$WORK/images.txt"
-		log "pushed and verified $(wc -l <"$WORK/images.txt") references"
+		# last, so the stamp exists only once every image is pushed
+		digest=$(awk '$2 ~ /^pause:/ {print $3; exit}' "$WORK/images.txt")
+		[[ -n $digest ]] || die "no pause image to carry the stamp"
+		push_index "$CRITEST_STAMP_REPO" "$(critest_stamp)" "$digest"
+		log "pushed and verified $(wc -l <"$WORK/images.txt") references, stamp $CRITEST_STAMP_REPO:$(critest_stamp)"
 	fi
 
 	echo "# original reference -> $REG path, index digest   (also in $WORK/images.txt)"

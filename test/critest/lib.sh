@@ -74,11 +74,14 @@ registry_release() {
 }
 
 # ensure_test_registry LOGFILE: have the registry up with the critest images in
-# it, building and pushing them (images.sh) when they are missing. The caller
-# holds a lease (registry_hold) and releases it at its end.
+# it, building and pushing them (images.sh) when the registry lacks the
+# stamp of the current image sources (images.sh --stamp). The caller holds a
+# lease (registry_hold) and releases it at its end.
 ensure_test_registry() {
-	local logfile=$1
-	if ! registry_up || ! curl -fsS -o /dev/null "http://$PODUNIT_TEST_REGISTRY/v2/e2e-test-images/nginx/manifests/1.14-2" \
+	local logfile=$1 stamp
+	stamp=$(bash "$KIT_DIR/images.sh" --stamp)
+	registry_up || bash "$KIT_DIR/registry.sh" start >/dev/null 2>&1 || true
+	if ! registry_up || ! curl -fsS -o /dev/null "http://$PODUNIT_TEST_REGISTRY/v2/podunit/critest-images/manifests/$stamp" \
 		-H 'Accept: application/vnd.oci.image.index.v1+json'; then
 		log "building and pushing the test images (test/critest/images.sh, log $logfile)"
 		bash "$KIT_DIR/images.sh" >"$logfile" 2>&1 ||

@@ -128,11 +128,11 @@ net_cleanup() {
 registry_hold
 trap cleanup EXIT INT TERM
 if [[ $SKIP_IMAGES != 1 ]]; then
-	bash "$KIT_DIR/images.sh" >"$CRITEST_OUT.images.log" 2>&1 ||
-		{ tail -n 30 "$CRITEST_OUT.images.log" >&2; die "images.sh failed (log: $CRITEST_OUT.images.log)"; }
+	ensure_test_registry "$CRITEST_OUT.images.log"
+else
+	bash "$KIT_DIR/registry.sh" start
+	registry_up || die "no registry at $PODUNIT_TEST_REGISTRY"
 fi
-bash "$KIT_DIR/registry.sh" start
-registry_up || die "no registry at $PODUNIT_TEST_REGISTRY"
 for p in 12000 12001 12002 12003; do
 	! ss -Htln "sport = :$p" | grep -q . || die "host port $p is in use (critest needs 12000-12003)"
 done
