@@ -81,7 +81,7 @@ ensure_test_registry() {
 	local logfile=$1 stamp
 	stamp=$(bash "$KIT_DIR/images.sh" --stamp)
 	registry_up || bash "$KIT_DIR/registry.sh" start >/dev/null 2>&1 || true
-	if ! registry_up || ! curl -fsS -o /dev/null "http://$PODUNIT_TEST_REGISTRY/v2/podunit/critest-images/manifests/$stamp" \
+	if ! registry_up || ! curl -fsS -o /dev/null "http://$PODUNIT_TEST_REGISTRY/v2/podunit/critest-images/manifests/$stamp" 2>/dev/null \
 		-H 'Accept: application/vnd.oci.image.index.v1+json'; then
 		log "building and pushing the test images (test/critest/images.sh, log $logfile)"
 		bash "$KIT_DIR/images.sh" >"$logfile" 2>&1 ||
