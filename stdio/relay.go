@@ -284,6 +284,10 @@ func relayMain(args []string) int {
 	}
 	var wg sync.WaitGroup
 	for i, fds := range streams {
+		// The sender's file description may be non-blocking (a terminal
+		// master opened O_NONBLOCK): a read would then end the copy with
+		// EAGAIN before the container wrote anything.
+		_ = unix.SetNonblock(fds[0], false)
 		var t *logrelay.Tap
 		if tapDir != "" {
 			name := logrelay.TapOut

@@ -74,7 +74,10 @@ func TestParseArgsConsoleSocket(t *testing.T) {
 // Without the node's relay the wrapper hands the terminal to a relay child
 // in the unit: the container's output on its terminal reaches journald's
 // stdout stream, and the child ends once the container's last process has
-// closed the slave.
+// closed the slave. The fake runtime's master is non-blocking
+// (consoletest.Open), and the container writes only after the child has
+// surely started reading (even a -race build): a child that took EAGAIN
+// for the end lost everything.
 func TestTerminalFallbackRelay(t *testing.T) {
 	sock, ch := fakeJournal(t)
 	dir := t.TempDir()
@@ -82,7 +85,7 @@ func TestTerminalFallbackRelay(t *testing.T) {
 	consoleSock := filepath.Join(dir, "console.sock")
 	cmd := exec.Command(os.Args[0], "_stdio", "--unit", "u.service", "--identifier", "c", "--socket", sock,
 		"--pid-file", pidFile, "--console-socket", consoleSock, "--",
-		os.Args[0], "_fakeruntime", consoleSock, pidFile, "sleep 0.3; echo on-the-terminal; tty")
+		os.Args[0], "_fakeruntime", consoleSock, pidFile, "sleep 1.5; echo on-the-terminal; tty")
 	if out, err := cmd.CombinedOutput(); err != nil || len(out) != 0 {
 		t.Fatalf("wrapper: %v, output on inherited fds: %q", err, out)
 	}
