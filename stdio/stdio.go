@@ -150,17 +150,12 @@ func Connect(socket, identifier, unit string, priority int) (int, error) {
 // reached the unit's own stdio (systemd's journal stream, or /dev/null) is
 // kept: a container must not fail to start because logging is degraded.
 func Setup(o Options, warn io.Writer) {
-	out, err := Connect(o.Socket, o.Identifier, o.Unit, PriorityStdout)
+	streams, err := connectStreams(o)
 	if err != nil {
 		fmt.Fprintf(warn, "podunit _stdio: %v; keeping inherited stdout/stderr\n", err)
 		return
 	}
-	errFd, err := Connect(o.Socket, o.Identifier, o.Unit, PriorityStderr)
-	if err != nil {
-		unix.Close(out)
-		fmt.Fprintf(warn, "podunit _stdio: %v; keeping inherited stdout/stderr\n", err)
-		return
-	}
+	out, errFd := streams[0], streams[1]
 	// dup3 without O_CLOEXEC: 1 and 2 must survive the exec.
 	if err := unix.Dup3(out, 1, 0); err != nil {
 		fmt.Fprintf(warn, "podunit _stdio: dup stdout: %v\n", err)
