@@ -7,6 +7,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/podunit/podunit/errdefs"
@@ -130,12 +131,8 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 			return fmt.Errorf("start container %s: %w", id, err)
 		}
 	}
-	// A pid file or exit record left by an earlier attempt would be read
-	// as this run's.
-	for _, p := range []string{m.pidFile(id), m.pidFile(id) + ".relay", m.exitFile(id)} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("start container %s: %w", id, err)
-		}
+	if err := m.clearStartFiles(id); err != nil {
+		return fmt.Errorf("start container %s: %w", id, err)
 	}
 	// The rootfs stays mounted from create, but a reboot or an unmount by
 	// hand would leave runc an empty directory.
@@ -161,11 +158,28 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	if rt.OwnCgroup() {
 		props, deferred = unitprops.SplitStartLimits(props)
 	}
-	startErr := m.sd.StartTransientUnit(sctx, r.Unit, props)
+	var startErr error
 	limitsFailed := false
-	if startErr == nil && len(deferred) > 0 {
-		startErr = m.applyStartLimits(sctx, r.Unit, deferred)
-		limitsFailed = startErr != nil
+	msg := ""
+	for attempt := 1; ; attempt++ {
+		limitsFailed, startErr = m.startUnit(sctx, r.Unit, props, deferred)
+		if startErr == nil {
+			break
+		}
+		m.discardFailedStart(ctx, r.Unit, rt, id, limitsFailed)
+		msg = m.runtimeError(id)
+		if attempt > 1 || !cgroupVanished(msg) {
+			break
+		}
+		// Nothing of the container ran: its cgroup could not even be
+		// made. Once more, from a clean slate.
+		m.opts.Logger.Warn("container cgroup vanished while the runtime created it, starting once more", "container", id, "err", msg)
+		if err := m.clearStartFiles(id); err != nil {
+			return fmt.Errorf("start container %s: %w", id, err)
+		}
+		if err := os.Remove(m.runtimeLog(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("start container %s: %w", id, err)
+		}
 	}
 	if startErr == nil {
 		if r.Restore {
@@ -181,24 +195,12 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 		}
 		return nil
 	}
-	// The unit failed or never started. Wait briefly for ExecStopPost's
-	// record (systemd runs it on a failed start too), then make sure no
-	// unit is left, whatever state it is in.
-	if !limitsFailed {
-		m.waitUnitGone(ctx, r.Unit, 5*time.Second)
-	}
-	uctx, ucancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer ucancel()
-	m.forceStopUnit(uctx, r.Unit)
-	_ = m.sd.ResetFailedUnit(uctx, r.Unit)
-	_ = rt.Delete(uctx, id)
-	msg := m.runtimeError(id)
 	if r.Restore {
 		if tail := oci.CRIULogTail(m.restoreCheckpoint(id).RestoreLog(), 10); tail != "" {
 			msg += "; criu restore.log:\n" + tail
 		}
 	}
-	// (The stop above writes an exit record too: after a refused quota it
+	// (discardFailedStart's stop writes an exit record too: after a refused quota it
 	// is podunit's doing, not the container's exit.)
 	if rec, err := exitrec.Read(m.stateDir(id)); !limitsFailed && msg == "" && err == nil && rec.ExitCode != "" {
 		// The runtime reported nothing and systemd saw the init exit: the
@@ -230,6 +232,58 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	c.rec = r
 	m.pluginsStopped(ctx, r)
 	return fmt.Errorf("start container %s: %s: %w", id, msg, errdefs.ErrPrecondition)
+}
+
+// clearStartFiles removes what an earlier start attempt left: its pid
+// files or exit record would be read as this run's.
+func (m *Manager) clearStartFiles(id string) error {
+	for _, p := range []string{m.pidFile(id), m.pidFile(id) + ".relay", m.exitFile(id)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// startUnit starts the container's unit and then sets the limits held
+// back until its cgroup exists; limitsFailed says the unit started but a
+// limit could not be set.
+func (m *Manager) startUnit(ctx context.Context, unit string, props, deferred []systemd.Property) (limitsFailed bool, err error) {
+	if err := m.sd.StartTransientUnit(ctx, unit, props); err != nil {
+		return false, err
+	}
+	if len(deferred) > 0 {
+		if err := m.applyStartLimits(ctx, unit, deferred); err != nil {
+			return true, err
+		}
+	}
+	return false, nil
+}
+
+// discardFailedStart makes sure no unit and no runtime state is left of a
+// start that failed or never began, whatever state the unit is in. It
+// first waits briefly for ExecStopPost's record: systemd runs it on a
+// failed start too.
+func (m *Manager) discardFailedStart(ctx context.Context, unit string, rt oci.Runtime, id string, limitsFailed bool) {
+	if !limitsFailed {
+		m.waitUnitGone(ctx, unit, 5*time.Second)
+	}
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	m.forceStopUnit(uctx, unit)
+	_ = m.sd.ResetFailedUnit(uctx, unit)
+	_ = rt.Delete(uctx, id)
+}
+
+// cgroupVanished says the runtime failed because a cgroup directory
+// vanished while it made the container's: on cgroup v1, systemd removes
+// the controller directories of a slice that are not in its own mask (the
+// devices one of a pod slice, which the kubelet's cgroup manager made)
+// when it re-realizes the slice's parent, and runc's MkdirAll of the path
+// then races it. A transient race, not the container's fault.
+func cgroupVanished(runtimeMsg string) bool {
+	return strings.Contains(runtimeMsg, "unable to apply cgroup configuration") &&
+		strings.Contains(runtimeMsg, "no such file or directory")
 }
 
 // forceStopUnit stops a unit whose container is being discarded (a failed

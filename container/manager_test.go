@@ -955,3 +955,72 @@ func TestStatusImageName(t *testing.T) {
 		}
 	}
 }
+
+// On cgroup v1 systemd may remove a pod slice's devices directory under
+// runc's MkdirAll (a re-realization of the QoS slice): the start is tried
+// once more, and the container runs.
+func TestStartRetriesVanishedCgroup(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("pod1", "app")
+	attempts := 0
+	e.sd.StartFunc = func(u *systemdtest.Unit) systemd.JobResult {
+		attempts++
+		if attempts > 1 {
+			if _, err := os.Stat(filepath.Join(e.opts.RunDir, id, "runtime.log")); err == nil {
+				t.Error("the first attempt's runtime log is still there")
+			}
+			return systemd.JobDone
+		}
+		os.WriteFile(filepath.Join(e.opts.RunDir, id, "runtime.log"),
+			[]byte(`{"level":"error","msg":"runc create failed: unable to apply cgroup configuration: mkdir /sys/fs/cgroup/devices/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod1.slice/podunit-ctr-x.service: no such file or directory","time":"x"}`+"\n"), 0o600)
+		e.writeExit(id, &exitrec.Record{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1"})
+		delete(e.sd.Units, u.Name)
+		return systemd.JobFailed
+	}
+	if err := e.m.Start(ctx, id); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if attempts != 2 {
+		t.Fatalf("%d start attempts, want 2", attempts)
+	}
+	if st := e.status(id); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Errorf("status %v", st)
+	}
+}
+
+// Any other runtime failure, and the same one twice, is a start error
+// after at most one more attempt.
+func TestStartDoesNotRetryOtherFailures(t *testing.T) {
+	for _, tc := range []struct {
+		msg  string
+		want int
+	}{
+		{`runc create failed: unable to start container process: exec: \"nope\": executable file not found in $PATH`, 1},
+		{`runc create failed: unable to apply cgroup configuration: mkdir /sys/fs/cgroup/devices/x/y: no such file or directory`, 2},
+	} {
+		e := newEnv(t)
+		id := e.create("pod1", "app")
+		attempts := 0
+		e.sd.StartFunc = func(u *systemdtest.Unit) systemd.JobResult {
+			attempts++
+			os.WriteFile(filepath.Join(e.opts.RunDir, id, "runtime.log"),
+				[]byte(`{"level":"error","msg":"`+tc.msg+`","time":"x"}`+"\n"), 0o600)
+			e.writeExit(id, &exitrec.Record{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1"})
+			delete(e.sd.Units, u.Name)
+			return systemd.JobFailed
+		}
+		if err := e.m.Start(ctx, id); err == nil {
+			t.Fatalf("%s: start succeeded", tc.msg)
+		}
+		if attempts != tc.want {
+			t.Errorf("%s: %d attempts, want %d", tc.msg, attempts, tc.want)
+		}
+		if st := e.status(id); st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.Reason != ReasonStartError {
+			t.Errorf("status %v", st)
+		}
+		if err := e.m.Remove(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		e.assertClean()
+	}
+}
