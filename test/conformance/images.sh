@@ -105,13 +105,11 @@ node_e2e_image() { # node_e2e_image KIND FIRST_REF: print the index digest
 }
 
 # node_e2e_stamp: what the pushed stand-ins are built from (these scripts, the
-# C sources, agnhost's version). images.sh tags the pause index with it as
-# STAMP_REPO:<stamp>, and run.sh builds the images again when that tag is
-# missing, so a changed stand-in reaches a registry that has older ones.
+# C sources, agnhost's version); node_e2e_main pushes STAMP_REPO:<stamp> last
+# and run.sh builds again when the registry lacks it (critest/lib.sh).
 STAMP_REPO=podunit/node-e2e-stand-ins
 node_e2e_stamp() {
-	cat "$CONF_DIR/images.sh" "$CONF_DIR"/src/*.c "$KIT_DIR/images.sh" "$KIT_DIR"/src/*.c <(echo "$AGNHOST_VERSION") |
-		sha256sum | cut -c1-16
+	sources_stamp "$CONF_DIR/images.sh" "$CONF_DIR"/src/*.c "$KIT_DIR/images.sh" "$KIT_DIR"/src/*.c <(echo "$AGNHOST_VERSION")
 }
 
 node_e2e_main() {

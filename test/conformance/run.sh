@@ -147,8 +147,7 @@ mkdir -p "$OUT/artifacts"
 registry_hold
 ensure_test_registry "$OUT/images.log"
 stamp=$(bash "$HERE/images.sh" "$BIN/agnhost" --stamp)
-if ! curl -fsS -o /dev/null -H 'Accept: application/vnd.oci.image.index.v1+json' \
-	"http://$PODUNIT_TEST_REGISTRY/v2/podunit/node-e2e-stand-ins/manifests/$stamp" 2>/dev/null; then
+if ! registry_has_tag podunit/node-e2e-stand-ins "$stamp"; then
 	log "building and pushing the node e2e images (images.sh, log $OUT/node-images.log)"
 	bash "$HERE/images.sh" "$BIN/agnhost" >"$OUT/node-images.log" 2>&1 ||
 		{ tail -n 30 "$OUT/node-images.log" >&2; die "images.sh failed"; }

@@ -657,13 +657,9 @@ lock_images() {
 }
 
 # critest_stamp: what the pushed images are built from (this script and its
-# C sources). main tags the pause index with CRITEST_STAMP_REPO:<stamp> once
-# every image is pushed, and ensure_test_registry (lib.sh) builds again only
-# when that tag is missing: a registry whose storage survived (a stopped
-# registry, an earlier run) is used as it is, and a changed image reaches it.
-CRITEST_STAMP_REPO=podunit/critest-images
+# C sources); main pushes CRITEST_STAMP_REPO:<stamp> last (lib.sh).
 critest_stamp() {
-	cat "$KIT_DIR/images.sh" "$KIT_DIR"/src/*.c | sha256sum | cut -c1-16
+	sources_stamp "$KIT_DIR/images.sh" "$KIT_DIR"/src/*.c
 }
 
 start_registry() {

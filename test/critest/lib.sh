@@ -73,6 +73,19 @@ registry_release() {
 	bash "$KIT_DIR/registry.sh" release "$PODUNIT_REGISTRY_LEASE"
 }
 
+# A set of test images carries a stamp: a hash of what it is built from. Its
+# images.sh pushes the tag STAMP_REPO:<stamp> last, so a registry that has the
+# tag has the whole current set (a stopped registry's storage, an earlier
+# run's), and a changed source makes the next run build the set again.
+# sources_stamp FILE...: the stamp of these sources.
+sources_stamp() { cat "$@" | sha256sum | cut -c1-16; }
+# registry_has_tag REPO TAG
+registry_has_tag() {
+	curl -fsS -o /dev/null -H 'Accept: application/vnd.oci.image.index.v1+json' \
+		"http://$PODUNIT_TEST_REGISTRY/v2/$1/manifests/$2" 2>/dev/null
+}
+CRITEST_STAMP_REPO=podunit/critest-images
+
 # ensure_test_registry LOGFILE: have the registry up with the critest images in
 # it, building and pushing them (images.sh) when the registry lacks the
 # stamp of the current image sources (images.sh --stamp). The caller holds a
@@ -81,8 +94,7 @@ ensure_test_registry() {
 	local logfile=$1 stamp
 	stamp=$(bash "$KIT_DIR/images.sh" --stamp)
 	registry_up || bash "$KIT_DIR/registry.sh" start >/dev/null 2>&1 || true
-	if ! registry_up || ! curl -fsS -o /dev/null "http://$PODUNIT_TEST_REGISTRY/v2/podunit/critest-images/manifests/$stamp" 2>/dev/null \
-		-H 'Accept: application/vnd.oci.image.index.v1+json'; then
+	if ! registry_up || ! registry_has_tag "$CRITEST_STAMP_REPO" "$stamp"; then
 		log "building and pushing the test images (test/critest/images.sh, log $logfile)"
 		bash "$KIT_DIR/images.sh" >"$logfile" 2>&1 ||
 			{ tail -n 30 "$logfile" >&2; die "images.sh failed (log: $logfile)"; }
