@@ -3,7 +3,6 @@ package stdio
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -82,48 +81,48 @@ func StartRelay(o Options, pidFile string) (handOff func(), err error) {
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
 	if err := dupWriteEnds(outP[1], errP[1]); err != nil {
+		for _, c := range []int{inherited[0], inherited[1], outP[0], outP[1], errP[0], errP[1]} {
+			unix.Close(c)
+		}
 		return nil, err
 	}
+	unix.Close(outP[1])
+	unix.Close(errP[1])
 	return func() {
-		warn := os.NewFile(uintptr(inherited[1]), "inherited-stderr")
-		defer warn.Close()
-		defer unix.Close(inherited[0])
-		handOffPipes(o, pidFile, warn, outP[0], errP[0], inherited)
+		handOffPipes(o, pidFile, outP[0], errP[0], [2]*os.File{
+			os.NewFile(uintptr(inherited[0]), "inherited-stdout"),
+			os.NewFile(uintptr(inherited[1]), "inherited-stderr"),
+		})
 	}, nil
 }
 
 // handOffPipes gives the read ends outPipe and errPipe to the node's
-// relay, or to relays it starts in the unit, and closes them (inherited
-// stays open). Failures only degrade logging, so they are reported to warn and
-// never fail the container's start.
-func handOffPipes(o Options, pidFile string, warn io.Writer, outPipe, errPipe int, inherited [2]int) {
+// relay, or to relays it starts in the unit. It owns and closes all four
+// files; inherited[1] also takes its warnings. Failures only degrade
+// logging, so they are reported there and never fail the container's start.
+func handOffPipes(o Options, pidFile string, outPipe, errPipe int, inherited [2]*os.File) {
+	warn := inherited[1]
+	defer inherited[0].Close()
+	defer inherited[1].Close()
 	relaySocket := o.RelaySocket
+	var stdout, stderr *os.File
 	streams, err := connectStreams(o)
-	if err != nil {
+	if err == nil {
+		stdout, stderr = os.NewFile(uintptr(streams[0]), "stdout-stream"), os.NewFile(uintptr(streams[1]), "stderr-stream")
+	} else {
 		// As without the wrapper: the unit's own stdout/stderr. The node's
 		// relay sends to journald streams only, so relays in the unit
 		// (cat) carry the pipes there.
 		fmt.Fprintf(warn, "podunit _stdio: %v; relaying to the inherited stdout/stderr\n", err)
 		relaySocket = ""
-		for i, fd := range inherited {
-			d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
-			if err != nil {
-				fmt.Fprintf(warn, "podunit _stdio: dup: %v; the container's output is lost\n", err)
-				unix.Close(outPipe)
-				unix.Close(errPipe)
-				for _, c := range streams[:i] {
-					unix.Close(c)
-				}
-				return
-			}
-			streams[i] = d
-		}
+		stdout, stderr = inherited[0], inherited[1]
 	}
-	outSock, errSock := streams[0], streams[1]
 	pairs := [][2]*os.File{
-		{os.NewFile(uintptr(outPipe), "stdout-pipe"), os.NewFile(uintptr(outSock), "stdout-stream")},
-		{os.NewFile(uintptr(errPipe), "stderr-pipe"), os.NewFile(uintptr(errSock), "stderr-stream")},
+		{os.NewFile(uintptr(outPipe), "stdout-pipe"), stdout},
+		{os.NewFile(uintptr(errPipe), "stderr-pipe"), stderr},
 	}
+	// (Closing an *os.File twice is harmless: in the fallback the streams
+	// are the inherited files.)
 	defer func() {
 		for _, p := range pairs {
 			p[0].Close()
@@ -136,7 +135,7 @@ func handOffPipes(o Options, pidFile string, warn io.Writer, outPipe, errPipe in
 			tapDir = filepath.Dir(o.StdinFIFO)
 		}
 		lo := logrelay.LogOptions{Path: o.LogPath, UID: -1, GID: -1, NoJournal: o.NoJournal}
-		err := logrelay.Register(relaySocket, o.RelayID, tapDir, unitCgroupDir(ownCgroupDir(o.CgroupRoot), o.CgroupLeaf), lo, outPipe, outSock, errPipe, errSock, 10*time.Second)
+		err := logrelay.Register(relaySocket, o.RelayID, tapDir, unitCgroupDir(ownCgroupDir(o.CgroupRoot), o.CgroupLeaf), lo, outPipe, streams[0], errPipe, streams[1], 10*time.Second)
 		if err == nil {
 			return
 		}
@@ -234,8 +233,6 @@ func dupWriteEnds(out, errw int) error {
 	if err := unix.Dup3(errw, 2, 0); err != nil {
 		return fmt.Errorf("dup stderr: %w", err)
 	}
-	unix.Close(out)
-	unix.Close(errw)
 	return nil
 }
 
