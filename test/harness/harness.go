@@ -21,7 +21,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -214,9 +213,13 @@ func (h *Harness) Exec(argv ...string) (string, error) {
 	return h.ExecTimeout(2*time.Minute, argv...)
 }
 
+// RepoEnv names the repository root in the environment of what
+// ExecTimeout runs (for a test binary re-run inside, RepoRoot).
+const RepoEnv = "PODUNIT_TEST_REPO"
+
 // ExecTimeout is Exec with an explicit deadline.
 func (h *Harness) ExecTimeout(timeout time.Duration, argv ...string) (string, error) {
-	out, err := h.script1(timeout, append([]string{"exec", h.Dir}, argv...)...)
+	out, err := h.script1(timeout, append([]string{"exec", h.Dir, "env", RepoEnv + "=" + h.Repo}, argv...)...)
 	return string(out), err
 }
 
@@ -358,14 +361,14 @@ func RepoRoot() (string, error) {
 		}
 		dir = parent
 	}
-	// A test binary re-run inside the harness starts elsewhere; the
-	// repository is bound at the same path there, and this file's compile
-	// time location names it.
-	if _, file, _, ok := runtime.Caller(0); ok {
-		repo := filepath.Dir(filepath.Dir(filepath.Dir(file)))
+	// A test binary re-run inside the harness starts in its root, with the
+	// environment ExecTimeout gives it; the repository is bound at the
+	// same path there. (Not this file's compile-time path: with -trimpath,
+	// as the Makefile builds, that is the module path.)
+	if repo := os.Getenv(RepoEnv); repo != "" {
 		if _, err := os.Stat(filepath.Join(repo, "go.mod")); err == nil {
 			return repo, nil
 		}
 	}
-	return "", errors.New("no go.mod above the working directory or this source file")
+	return "", errors.New("no go.mod above the working directory, and no " + RepoEnv + " naming a directory with one")
 }
