@@ -19,7 +19,6 @@ import (
 	"sync"
 	"time"
 
-	translator "k8s.io/apiserver/pkg/util/proxy"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	lib "k8s.io/cri-streaming/pkg/streaming"
 
@@ -116,7 +115,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 	// The library's own Start listens again and rewrites its base URL
 	// while requests may read it; serving its handler on our listener
 	// avoids both.
-	front := newWSFront(ls, d.Logger)
+	front := newWSFront(ls, lc.StreamIdleTimeout, d.Logger)
 	return &Server{
 		lib: ls, lis: lis, h: h, front: front, url: base, log: d.Logger,
 		http: &http.Server{Handler: front, ReadHeaderTimeout: 30 * time.Second},
@@ -208,8 +207,8 @@ func (s *Server) remember(url string, req interface {
 	GetStderr() bool
 	GetTty() bool
 }) error {
-	return s.front.pending.add(url, translator.Options{
-		Stdin: req.GetStdin(), Stdout: req.GetStdout(), Stderr: req.GetStderr(), Tty: req.GetTty(),
+	return s.front.pending.add(url, streamOpts{
+		Stdin: req.GetStdin(), Stdout: req.GetStdout(), Stderr: req.GetStderr(), TTY: req.GetTty(),
 	})
 }
 
