@@ -110,6 +110,9 @@ test: export VM_KUBELET_SCENARIOS ?= plumbing logs exec liveness readiness crash
 # (security contexts, AppArmor, seccomp, streaming) is runc's and podunit's
 # own work whatever the cgroup version, and runs in full in the critest stage.
 test: export VM_CRITEST_FOCUS ?= Runtime info|basic operations|Container OOM|metrics operations|should support log|Networking|Multiple Containers|sysctls|Image Manager|adding volume and device|NamespaceOption
+# (the ratchet fails the run when the focus runs fewer listed specs: one
+# renamed upstream would otherwise drop out of the shard unnoticed)
+test: export VM_CRITEST_MIN_RUN ?= 52
 #
 # The kubelet and the node e2e suite (kubelet-e2e, node-conformance-shard) are
 # cached after their first build, which is CPU work of ~12 minutes on 2 cores;

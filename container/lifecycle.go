@@ -177,9 +177,6 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 		if err := m.clearStartFiles(id); err != nil {
 			return fmt.Errorf("start container %s: %w", id, err)
 		}
-		if err := os.Remove(m.runtimeLog(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("start container %s: %w", id, err)
-		}
 	}
 	if startErr == nil {
 		if r.Restore {
@@ -235,9 +232,9 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 }
 
 // clearStartFiles removes what an earlier start attempt left: its pid
-// files or exit record would be read as this run's.
+// files, exit record or runtime log would be read as this run's.
 func (m *Manager) clearStartFiles(id string) error {
-	for _, p := range []string{m.pidFile(id), m.pidFile(id) + ".relay", m.exitFile(id)} {
+	for _, p := range []string{m.pidFile(id), m.pidFile(id) + ".relay", m.exitFile(id), m.runtimeLog(id)} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# ratchet.sh SPECS_TSV EXPECTED [FOCUS] — hold critest results to expected-pass.txt.
+# ratchet.sh SPECS_TSV EXPECTED [FOCUS [MIN_RUN]] — hold critest results to expected-pass.txt.
 #
 # SPECS_TSV: "state<TAB>full spec name<TAB>message" per spec (run.sh makes it from
 # ginkgo's JSON report). EXPECTED: one full spec name per line, '#' comments.
 # Fails when a listed spec did not pass, or is no longer in the suite (renamed
 # upstream: fix the list). With FOCUS set, listed specs the focus left out
-# (skipped with no reason) are not judged. Passing specs that are not listed
+# (skipped with no reason) are not judged; MIN_RUN then says how many listed
+# specs the focus must run, so a spec renamed out of the focus regex fails
+# the run instead of quietly shrinking it. Passing specs that are not listed
 # are printed so the list can grow; they never fail the run.
 set -euo pipefail
 specs=${1:?usage: ratchet.sh SPECS_TSV EXPECTED [FOCUS]}
 expected=${2:?usage: ratchet.sh SPECS_TSV EXPECTED [FOCUS]}
 focus=${3:-}
+min_run=${4:-0}
 
-awk -F'\t' -v focus="$focus" '
+awk -F'\t' -v focus="$focus" -v min_run="$min_run" '
 	FILENAME == ARGV[1] {                         # expected-pass.txt (may be empty)
 		sub(/[ \t]+$/, ""); sub(/^[ \t]+/, "")
 		if ($0 == "" || $0 ~ /^#/) next
@@ -27,6 +30,10 @@ awk -F'\t' -v focus="$focus" '
 			if (state[s] == "passed") { ok++; continue }
 			if (focus != "" && state[s] == "skipped" && msg[s] == "") { notrun++; continue }
 			printf "ratchet: FAIL listed spec %s: %s%s\n", state[s], s, (msg[s] != "" ? "  (" substr(msg[s], 1, 200) ")" : "")
+			bad++
+		}
+		if (focus != "" && ok + bad < min_run) {
+			printf "ratchet: FAIL the focus ran %d listed specs, fewer than the %d expected (a spec renamed out of the focus?)\n", ok + bad, min_run
 			bad++
 		}
 		new = 0

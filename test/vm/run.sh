@@ -12,7 +12,8 @@
 #   2. boot, push the .deb, critest, crictl and the kit, `node.sh install`;
 #      the guest's 127.0.0.1:5000 is the host's test registry (ssh -R);
 #   3. critest v1.37.0 in the guest, judged by test/critest/expected-pass-v2.txt
-#      (VM_CRITEST_FOCUS narrows it; VM_CRITEST=0 skips it);
+#      (VM_CRITEST_FOCUS narrows it and VM_CRITEST_MIN_RUN says how many
+#      listed specs it must still run; VM_CRITEST=0 skips it);
 #   4. the kubelet scenarios of test/kubelet (node-e2e.sh: e2e.sh's checks
 #      with the node's own paths) under a real kubelet v1.37 in the guest,
 #      failCgroupV1 at its default, the systemd cgroup driver
@@ -37,6 +38,7 @@ IMG=${PODUNIT_VM_IMAGE:-/var/tmp/podunit-vm}
 GO_TAGS=containers_image_openpgp,exclude_graphdriver_btrfs,exclude_graphdriver_devicemapper
 OUT=${VM_OUT:-/var/tmp/podunit-vm-run}
 : "${VM_CRITEST_FOCUS=}"
+: "${VM_CRITEST_MIN_RUN:=0}"
 : "${VM_CRITEST:=1}"
 : "${VM_GO:=1}"
 : "${VM_KUBELET:=1}"
@@ -127,7 +129,7 @@ if [[ $VM_CRITEST == 1 ]]; then
 			   ((.Failure.Message // "") | gsub("[\t\n]"; " "))] | @tsv' \
 			"$OUT/critest-report.json" >"$OUT/critest-specs.tsv"
 		grep -E '^\s*\[FAIL\]' "$OUT/critest.log" | sort -u | sed 's/^ */  /' || true
-		bash "$KIT_DIR/ratchet.sh" "$OUT/critest-specs.tsv" "$KIT_DIR/expected-pass-v2.txt" "$VM_CRITEST_FOCUS" | sed 's/^ratchet:/ratchet (v2 node):/' || rc=1
+		bash "$KIT_DIR/ratchet.sh" "$OUT/critest-specs.tsv" "$KIT_DIR/expected-pass-v2.txt" "$VM_CRITEST_FOCUS" "$VM_CRITEST_MIN_RUN" | sed 's/^ratchet:/ratchet (v2 node):/' || rc=1
 		summary=$(awk -F'\t' '$1 == "passed" {p++} $1 ~ /^(failed|panicked|interrupted|aborted|timedout)$/ {f++}
 			END {printf "critest (cgroup v2 node): %d passed, %d failed\n", p, f}' "$OUT/critest-specs.tsv")
 		echo "critest in the VM took $(($(date +%s) - t0)) s" >&2
