@@ -36,18 +36,14 @@ func (s *Server) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusReq
 	if ref == "" {
 		return nil, fmt.Errorf("%w: ImageStatus without an image", errdefs.ErrInvalid)
 	}
-	img, info, err := s.images.Status(ctx, ref)
+	img, info, err := s.images.Status(ctx, ref, req.GetVerbose())
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return &runtimeapi.ImageStatusResponse{}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	resp := &runtimeapi.ImageStatusResponse{Image: img}
-	if req.GetVerbose() {
-		resp.Info = info
-	}
-	return resp, nil
+	return &runtimeapi.ImageStatusResponse{Image: img, Info: info}, nil
 }
 
 // ListImages lists every image, or only the one the filter names.

@@ -243,7 +243,7 @@ func TestFetchReusesLayersOfContainersImage(t *testing.T) {
 	if n := p.blobCounts()[blobPath(repo, digest.FromBytes(a.gz))]; n != 0 {
 		t.Errorf("a's layer, stored by skopeo, was downloaded %d times", n)
 	}
-	img, _, err := env.store.Status(ctx, p.addr+"/"+repo+":a")
+	img, _, err := env.store.Status(ctx, p.addr+"/"+repo+":a", true)
 	if err != nil || !slices.Contains(img.RepoDigests, p.addr+"/"+repo+"@"+imgA.manifestDigest.String()) {
 		t.Fatalf("status of a: %v, %v", img, err)
 	}
@@ -291,7 +291,7 @@ func TestFetchManifestList(t *testing.T) {
 	if id2, err := env.store.Pull(ctx, byDigest, nil); err != nil || id2 != id {
 		t.Fatalf("pull by the list's digest: %s, %v", id2, err)
 	}
-	if img, _, err := env.store.Status(ctx, byDigest); err != nil || img.Id != id {
+	if img, _, err := env.store.Status(ctx, byDigest, true); err != nil || img.Id != id {
 		t.Fatalf("status by the list's digest: %v, %v", img, err)
 	}
 }

@@ -65,7 +65,7 @@ type registry struct {
 	blocked          bool
 }
 
-func writeRegistriesConf(t *testing.T, dir string, regs ...registry) string {
+func writeRegistriesConf(t testing.TB, dir string, regs ...registry) string {
 	t.Helper()
 	var b strings.Builder
 	b.WriteString("unqualified-search-registries = []\n")
@@ -98,7 +98,7 @@ type testEnv struct {
 }
 
 // newTestEnv opens a fresh store; extra registries come first so they win.
-func newTestEnv(t *testing.T, tweak func(*Options), regs ...registry) *testEnv {
+func newTestEnv(t testing.TB, tweak func(*Options), regs ...registry) *testEnv {
 	t.Helper()
 	dir, err := os.MkdirTemp("/var/tmp", "podunit-imagestore-")
 	if err != nil {
@@ -131,7 +131,7 @@ func newTestEnv(t *testing.T, tweak func(*Options), regs ...registry) *testEnv {
 	return env
 }
 
-func (e *testEnv) open(t *testing.T) {
+func (e *testEnv) open(t testing.TB) {
 	t.Helper()
 	s, err := New(context.Background(), e.opts)
 	if err != nil {
@@ -140,7 +140,7 @@ func (e *testEnv) open(t *testing.T) {
 	e.store = s
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
@@ -148,7 +148,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 }
 
 // mountsUnder lists mount points at or below dir.
-func mountsUnder(t *testing.T, dir string) []string {
+func mountsUnder(t testing.TB, dir string) []string {
 	t.Helper()
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {

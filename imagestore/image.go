@@ -8,7 +8,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
+	"github.com/opencontainers/go-digest"
 	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/manifest"
@@ -48,6 +50,37 @@ type imageConfig struct {
 	oci         imgspecv1.Image
 	annotations map[string]string
 	size        int64
+	// names is the last reported view of the image's names: parsing them
+	// (regular expressions per name) was a third of an ImageStatus or
+	// ListImages, and names change only by a pull, a tag removal or
+	// another tool.
+	names atomic.Pointer[nameView]
+}
+
+// nameView is what an image's names report as tags and digests.
+type nameView struct {
+	names, history []string
+	digest         digest.Digest
+	tags, digests  []string
+}
+
+// reported returns img's tags and digests as the CRI reports them, parsed
+// again only when its names changed since the last call.
+func (c *imageConfig) reported(img *storage.Image) (tags, digests []string) {
+	if v := c.names.Load(); v != nil && v.digest == img.Digest &&
+		slices.Equal(v.names, img.Names) && slices.Equal(v.history, img.NamesHistory) {
+		// Copies: the caller's message may outlive another update.
+		return slices.Clone(v.tags), slices.Clone(v.digests)
+	}
+	tags, digests = splitNames(img.Names, img.Digest)
+	if len(tags) == 0 && len(digests) == 0 {
+		digests = previousNameDigest(img)
+	}
+	c.names.Store(&nameView{
+		names: slices.Clone(img.Names), history: slices.Clone(img.NamesHistory), digest: img.Digest,
+		tags: slices.Clone(tags), digests: slices.Clone(digests),
+	})
+	return tags, digests
 }
 
 // Resolve finds a stored image by ID ("<hex>" or "sha256:<hex>"), by tag
@@ -61,11 +94,11 @@ func (s *Store) Resolve(ctx context.Context, ref string) (*ImageInfo, error) {
 	return info, err
 }
 
-// Status returns the CRI view of a stored image and the verbose "info"
-// entry (the OCI image config as JSON, as containerd and CRI-O report it).
-// Unknown images are ErrNotFound; the CRI layer turns that into an empty
-// response, as the CRI requires.
-func (s *Store) Status(ctx context.Context, ref string) (*runtimeapi.Image, map[string]string, error) {
+// Status returns the CRI view of a stored image and, when verbose, the
+// "info" entry (the OCI image config as JSON, as containerd and CRI-O
+// report it). Unknown images are ErrNotFound; the CRI layer turns that into
+// an empty response, as the CRI requires.
+func (s *Store) Status(ctx context.Context, ref string, verbose bool) (*runtimeapi.Image, map[string]string, error) {
 	img, err := s.lookup(ref)
 	if err != nil {
 		return nil, nil, err
@@ -79,7 +112,12 @@ func (s *Store) Status(ctx context.Context, ref string) (*runtimeapi.Image, map[
 		}
 		return nil, nil, err
 	}
-	verbose, err := json.Marshal(struct {
+	if !verbose {
+		// The kubelet asks before every container creation: the config's
+		// JSON would be most of the call's CPU.
+		return info.CRI(), nil, nil
+	}
+	infoJSON, err := json.Marshal(struct {
 		ID             string          `json:"id"`
 		ManifestDigest string          `json:"manifestDigest,omitempty"`
 		ImageSpec      imgspecv1.Image `json:"imageSpec"`
@@ -87,7 +125,7 @@ func (s *Store) Status(ctx context.Context, ref string) (*runtimeapi.Image, map[
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding image info: %w", err)
 	}
-	return info.CRI(), map[string]string{"info": string(verbose)}, nil
+	return info.CRI(), map[string]string{"info": string(infoJSON)}, nil
 }
 
 // List returns every image, or with filter.Image set only the image that
@@ -225,10 +263,7 @@ func (s *Store) info(ctx context.Context, img *storage.Image) (*ImageInfo, *imag
 	if err != nil {
 		return nil, nil, err
 	}
-	tags, digests := splitNames(img.Names, img.Digest)
-	if len(tags) == 0 && len(digests) == 0 {
-		digests = previousNameDigest(img)
-	}
+	tags, digests := cfg.reported(img)
 	info := &ImageInfo{
 		ID:             img.ID,
 		ManifestDigest: img.Digest.String(),

@@ -51,7 +51,7 @@ func TestPullStatusListRemove(t *testing.T) {
 		t.Fatalf("the pull left image %s's config uncached", id)
 	}
 
-	img, verbose, err := s.Status(ctx, tagsImage+":1")
+	img, verbose, err := s.Status(ctx, tagsImage+":1", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,12 +67,12 @@ func TestPullStatusListRemove(t *testing.T) {
 	// critest "image status should support all kinds of references".
 	refs := append([]string{id, "sha256:" + id, img.RepoDigests[0]}, img.RepoTags...)
 	for _, ref := range refs {
-		got, _, err := s.Status(ctx, ref)
+		got, _, err := s.Status(ctx, ref, true)
 		if err != nil || !proto.Equal(got, img) {
 			t.Fatalf("Status(%q) = %v, %v; want %v", ref, got, err, img)
 		}
 	}
-	if _, _, err := s.Status(ctx, tagsImage+":4"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, _, err := s.Status(ctx, tagsImage+":4", true); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("Status of an absent tag: %v", err)
 	}
 	list, err := s.List(ctx, nil)
@@ -95,7 +95,7 @@ func TestPullStatusListRemove(t *testing.T) {
 	if err := s.Remove(ctx, tagsImage+":1"); err != nil {
 		t.Fatal(err)
 	}
-	img, _, err = s.Status(ctx, id)
+	img, _, err = s.Status(ctx, id, true)
 	if err != nil || !reflect.DeepEqual(slices.Sorted(slices.Values(img.RepoTags)), wantTags[1:]) {
 		t.Fatalf("after untag: %v, %v", img, err)
 	}
@@ -109,7 +109,7 @@ func TestPullStatusListRemove(t *testing.T) {
 				errs <- err
 				return
 			}
-			if _, _, err := s.Status(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
+			if _, _, err := s.Status(ctx, id, true); !errors.Is(err, errdefs.ErrNotFound) {
 				errs <- fmt.Errorf("image still there after Remove: %v", err)
 			}
 		})
@@ -141,7 +141,7 @@ func TestPullSameImageTwoRegistriesOneID(t *testing.T) {
 	if err != nil || id1 != id2 {
 		t.Fatalf("IDs %q %q, %v", id1, id2, err)
 	}
-	img, _, err := s.Status(ctx, "k8s.gcr.io/pause:3.9")
+	img, _, err := s.Status(ctx, "k8s.gcr.io/pause:3.9", true)
 	if err != nil || img.Id != id1 || len(img.RepoTags) != 2 {
 		t.Fatalf("status %v, %v", img, err)
 	}
@@ -150,7 +150,7 @@ func TestPullSameImageTwoRegistriesOneID(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ref := range []string{"registry.k8s.io/pause:3.9", "k8s.gcr.io/pause:3.9"} {
-		if _, _, err := s.Status(ctx, ref); !errors.Is(err, errdefs.ErrNotFound) {
+		if _, _, err := s.Status(ctx, ref, true); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Fatalf("%s after removal: %v", ref, err)
 		}
 	}
@@ -163,7 +163,7 @@ func TestPullByDigestAndUsers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, _, _ := s.Status(ctx, id)
+	img, _, _ := s.Status(ctx, id, true)
 	digestRef := img.RepoDigests[0]
 	if err := s.Remove(ctx, id); err != nil {
 		t.Fatal(err)
@@ -172,7 +172,7 @@ func TestPullByDigestAndUsers(t *testing.T) {
 	if err != nil || id2 != id {
 		t.Fatalf("pull by digest: %q, %v (want %q)", id2, err, id)
 	}
-	img, _, err = s.Status(ctx, digestRef)
+	img, _, err = s.Status(ctx, digestRef, true)
 	if err != nil || len(img.RepoTags) != 0 || !reflect.DeepEqual(img.RepoDigests, []string{digestRef}) {
 		t.Fatalf("digest-pulled status %v, %v", img, err)
 	}
@@ -185,11 +185,11 @@ func TestPullByDigestAndUsers(t *testing.T) {
 	if err := s.store.SetNames(id, nil); err != nil {
 		t.Fatal(err)
 	}
-	img, _, err = s.Status(ctx, id)
+	img, _, err = s.Status(ctx, id, true)
 	if err != nil || len(img.RepoTags) != 0 || !reflect.DeepEqual(img.RepoDigests, []string{digestRef}) {
 		t.Fatalf("untagged image status %v, %v", img, err)
 	}
-	if byDigest, _, err := s.Status(ctx, digestRef); err != nil || byDigest.Id != id {
+	if byDigest, _, err := s.Status(ctx, digestRef, true); err != nil || byDigest.Id != id {
 		t.Fatalf("untagged image by its former digest: %v, %v", byDigest, err)
 	}
 
@@ -206,7 +206,7 @@ func TestPullByDigestAndUsers(t *testing.T) {
 		if _, err := s.Pull(ctx, tc.image, nil); err != nil {
 			t.Fatal(err)
 		}
-		img, _, err := s.Status(ctx, tc.image)
+		img, _, err := s.Status(ctx, tc.image, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -317,7 +317,7 @@ func TestPullMirror(t *testing.T) {
 	if len(p.blobCounts()) == 0 {
 		t.Fatal("the mirror served no blobs")
 	}
-	img, _, err := env.store.Status(context.Background(), id)
+	img, _, err := env.store.Status(context.Background(), id, true)
 	if err != nil || !reflect.DeepEqual(img.RepoTags, []string{"mirrored.test/" + proxiedTagImage}) {
 		t.Fatalf("mirrored image keeps its own name: %v, %v", img, err)
 	}
@@ -437,10 +437,10 @@ func TestSharedWithSkopeo(t *testing.T) {
 		t.Fatalf("skopeo copy: %v\n%s", err, out)
 	}
 	env.open(t)
-	if _, _, err := env.store.Status(ctx, id); err != nil {
+	if _, _, err := env.store.Status(ctx, id, true); err != nil {
 		t.Fatalf("podunit's image after skopeo: %v", err)
 	}
-	if img, _, err := env.store.Status(ctx, "registry.k8s.io/pause:skopeo"); err != nil || img.Size == 0 {
+	if img, _, err := env.store.Status(ctx, "registry.k8s.io/pause:skopeo", true); err != nil || img.Size == 0 {
 		t.Fatalf("skopeo's image: %v, %v", img, err)
 	}
 }
@@ -477,7 +477,7 @@ func TestPullDiskFull(t *testing.T) {
 		t.Fatalf("pull onto a full disk: %v", err)
 	}
 	t.Logf("pull onto a full disk: %v", err)
-	if _, _, err := s.Status(ctx, "docker.io/library/nginx:latest"); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, _, err := s.Status(ctx, "docker.io/library/nginx:latest", true); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("half-pulled image visible: %v", err)
 	}
 	if list, _ := s.List(ctx, nil); len(list) != 1 {
@@ -557,7 +557,7 @@ func TestDropOrphanLayers(t *testing.T) {
 			t.Errorf("layer %s removed: %v", kept, err)
 		}
 	}
-	if _, _, err := s.Status(ctx, id); err != nil {
+	if _, _, err := s.Status(ctx, id, true); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -96,7 +96,7 @@ func reopenHelper(js string) error {
 	if r.Rootfs, err = s.ListRootfs(ctx); err != nil {
 		return err
 	}
-	_, _, err = s.Status(ctx, spec.Image)
+	_, _, err = s.Status(ctx, spec.Image, true)
 	r.ImageErr = errText(err)
 	r.NewRootfs = errText(func() error {
 		const id = "f00d000000000000000000000000000000000000000000000000000000000002"

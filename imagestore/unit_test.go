@@ -19,6 +19,7 @@ import (
 	"go.podman.io/image/v5/docker"
 	"go.podman.io/image/v5/signature"
 	"go.podman.io/image/v5/types"
+	"go.podman.io/storage"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/podunit/podunit/errdefs"
@@ -464,5 +465,34 @@ func TestTransientRecords(t *testing.T) {
 	write("vfs-layers/volatile-layers.json", "[{")
 	if n := transientRecords(run); n != 3 {
 		t.Fatalf("two containers and a torn file: %d records", n)
+	}
+}
+
+// The names view is cached per image; a tag added or removed, or a new
+// manifest digest, must show in the next report.
+func TestReportedNamesFollowChanges(t *testing.T) {
+	c := &imageConfig{}
+	img := &storage.Image{ID: "a", Names: []string{"docker.io/library/busybox:1"}, Digest: testDigest}
+	tags, digests := c.reported(img)
+	if !reflect.DeepEqual(tags, []string{"docker.io/library/busybox:1"}) || !reflect.DeepEqual(digests, []string{"docker.io/library/busybox@" + testDigest}) {
+		t.Fatalf("first report: %q %q", tags, digests)
+	}
+	tags[0] = "scribbled" // a caller's copy
+	if again, _ := c.reported(img); again[0] != "docker.io/library/busybox:1" {
+		t.Fatalf("a caller's change leaked into the cache: %q", again)
+	}
+	img.Names = append(img.Names, "docker.io/library/busybox:2")
+	if tags, _ := c.reported(img); len(tags) != 2 {
+		t.Fatalf("a new tag is not reported: %q", tags)
+	}
+	// the last tag gone: reported by its former repository and digest
+	img.NamesHistory, img.Names = img.Names, nil
+	tags, digests = c.reported(img)
+	if len(tags) != 0 || !reflect.DeepEqual(digests, []string{"docker.io/library/busybox@" + testDigest}) {
+		t.Fatalf("untagged image: %q %q", tags, digests)
+	}
+	img.Digest = ""
+	if _, digests := c.reported(img); len(digests) != 0 {
+		t.Fatalf("no digest any more, still reported: %q", digests)
 	}
 }
