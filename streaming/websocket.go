@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/streaming/pkg/httpstream/spdy"
 	"k8s.io/streaming/pkg/httpstream/wsstream"
@@ -301,23 +302,18 @@ func refusal(resp *http.Response) metav1.Status {
 	if msg == "" {
 		msg = http.StatusText(resp.StatusCode)
 	}
-	return metav1.Status{
-		Status:  metav1.StatusFailure,
-		Code:    int32(resp.StatusCode),
-		Reason:  metav1.StatusReason(http.StatusText(resp.StatusCode)),
-		Message: msg,
-	}
+	// The API's reason for the code (NotFound, not "Not Found"); the
+	// library's own words as the message.
+	st := apierrors.NewGenericServerResponse(resp.StatusCode, http.MethodPost, schema.GroupResource{}, "", msg, 0, false).Status()
+	st.Message = msg
+	return st
 }
 
 func statusJSON(s metav1.Status) []byte {
 	if s.Kind == "" {
 		s.Kind, s.APIVersion = "Status", "v1"
 	}
-	b, err := json.Marshal(s)
-	if err != nil {
-		// metav1.Status always marshals; keep the client informed anyway.
-		return []byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"streaming: status not encodable"}`)
-	}
+	b, _ := json.Marshal(s) // strings and numbers: it cannot fail
 	return b
 }
 

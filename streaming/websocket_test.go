@@ -15,6 +15,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/portforward"
 	"k8s.io/client-go/tools/remotecommand"
@@ -430,4 +432,23 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
 	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
 	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
 	return certFile, keyFile
+}
+
+// A refusal carries the API's reason for its code and the library's words.
+func TestRefusalStatus(t *testing.T) {
+	for _, tc := range []struct {
+		code   int
+		body   string
+		reason metav1.StatusReason
+		msg    string
+	}{
+		{http.StatusNotFound, "token not found\n", metav1.StatusReasonNotFound, "token not found"},
+		{http.StatusBadRequest, "", metav1.StatusReasonBadRequest, "Bad Request"},
+		{http.StatusInternalServerError, "boom", metav1.StatusReasonInternalError, "boom"},
+	} {
+		st := refusal(&http.Response{StatusCode: tc.code, Body: io.NopCloser(strings.NewReader(tc.body))})
+		if st.Status != metav1.StatusFailure || st.Code != int32(tc.code) || st.Reason != tc.reason || st.Message != tc.msg {
+			t.Errorf("refusal(%d, %q) = %+v, want reason %s, message %q", tc.code, tc.body, st, tc.reason, tc.msg)
+		}
+	}
 }
