@@ -31,11 +31,11 @@ type ImageStore interface {
 	CreateContainerRootfs(ctx context.Context, containerID, imageRef, name string, idmap *imagestore.IDMap) error
 	MountRootfs(ctx context.Context, containerID string) (string, error)
 	// UnmountRootfs unmounts the root filesystem and the container's
-	// image volumes: after it no storage mount of the container is left
-	// (Remove relies on it and defers the deletions).
+	// image volumes: after it no storage mount of the container is left.
 	UnmountRootfs(ctx context.Context, containerID string) error
-	// DeleteRootfs and DeleteImageVolumes succeed on what is already gone:
-	// the reaper and the start-up gc may race for the same ID.
+	// DeleteRootfs and DeleteImageVolumes unmount what is still mounted
+	// (Remove leaves that to the reaper) and succeed on what is already
+	// gone: the reaper and the start-up gc may race for the same ID.
 	DeleteRootfs(ctx context.Context, containerID string) error
 	// RootfsChanges is what the container changed in its writable layer
 	// (a checkpoint's rootfs diff).

@@ -95,9 +95,7 @@ func (f *fakeImages) DeleteRootfs(ctx context.Context, id string) error {
 		f.deleteErr = nil
 		return err
 	}
-	if f.rootfs[id] {
-		return fmt.Errorf("rootfs %s still mounted: %w", id, errdefs.ErrPrecondition)
-	}
+	delete(f.rootfs, id) // as storage's removal, which unmounts first
 	delete(f.created, id)
 	return os.RemoveAll(filepath.Join(f.dir, id))
 }

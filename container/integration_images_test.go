@@ -90,9 +90,11 @@ func (d *dirImages) UnmountRootfs(ctx context.Context, id string) error {
 	return unix.Unmount(merged, 0)
 }
 
+// DeleteRootfs unmounts first, as storage's removal does: RemoveContainer
+// leaves the unmount to the reaper's deletion.
 func (d *dirImages) DeleteRootfs(ctx context.Context, id string) error {
-	if mounted(filepath.Join(d.root, id, "merged")) {
-		return fmt.Errorf("rootfs %s is mounted: %w", id, errdefs.ErrPrecondition)
+	if err := d.UnmountRootfs(ctx, id); err != nil {
+		return fmt.Errorf("rootfs %s: %w", id, err)
 	}
 	return os.RemoveAll(filepath.Join(d.root, id))
 }

@@ -298,8 +298,9 @@ func (s *Store) deleteLayer(ctx context.Context, id string) error {
 	s.mounts.forget(id)
 	// Unmount first only what storage counts as mounted: a forced unmount
 	// of an unmounted layer still calls umount and rewrites and fsyncs
-	// mountpoints.json under the store's global layer lock, and
-	// RemoveContainer has just unmounted (UnmountRootfs). A mount storage
+	// mountpoints.json under the store's global layer lock, and a removal
+	// after a create that failed has unmounted already. RemoveContainer
+	// leaves the mounts to this deletion (podunit's reaper). A mount storage
 	// never counted (podunit killed inside Mount) is still taken down:
 	// DeleteContainer's removal unmounts what it finds busy.
 	if n, err := s.store.Mounted(id); err != nil || n > 0 {
