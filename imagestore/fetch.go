@@ -171,12 +171,8 @@ func (s *Store) fetch(ctx context.Context, named reference.Named, sys *types.Sys
 	}
 	// The kubelet asks ImageStatus and creates a container right after a
 	// pull: the config is at hand here, storage would have to open the
-	// image again for it (manifest, config, sizes). The names are parsed
-	// here too, so that first ImageStatus finds them parsed.
+	// image again for it (manifest, config, sizes).
 	if cfg, err := s.newImageConfig(id, oci, raw, mime); err == nil {
-		if img, err := s.store.Image(id); err == nil {
-			cfg.reported(img)
-		}
 		s.configs.Store(id, cfg)
 	} else {
 		s.log.WarnContext(ctx, "caching the pulled image's config", "id", id, "err", err)
