@@ -22,6 +22,7 @@ import (
 	"github.com/podunit/podunit/config"
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/logrelay"
+	"github.com/podunit/podunit/logrelay/relayunit"
 	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/systemd"
 	"github.com/podunit/podunit/test/harness"
@@ -139,7 +140,7 @@ func newInside(t *testing.T) *inside {
 	relaySock := "/run/podunit/logrelay.sock"
 	rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := logrelay.Ensure(rctx, ie.sd, self, relaySock, "/run/podunit/logrelay"); err != nil {
+	if err := relayunit.Ensure(rctx, ie.sd, self, relaySock, "/run/podunit/logrelay"); err != nil {
 		t.Fatal(err)
 	}
 	ie.opts = Options{

@@ -16,11 +16,24 @@ import (
 const testPin = "/run/podunit/mntns/mnt"
 
 // With a private mount namespace every command of the container's unit
-// enters it first; without, the commands are as they were.
+// enters it first, but the runtime's start step only when a poststart hook
+// could need it (or the record predates the choice); without a namespace
+// the commands are as they were.
 func TestUnitCommandsEnterTheMountNamespace(t *testing.T) {
-	for _, pin := range []string{"", testPin} {
-		e := newEnv(t)
-		e.opts.MountNS = pin
+	type tc struct {
+		pin       string
+		poststart bool // a plugin adds a poststart hook
+		oldRecord bool // written before StartInHostNS existed
+	}
+	for _, tc := range []tc{{pin: ""}, {pin: testPin}, {pin: testPin, poststart: true}, {pin: testPin, oldRecord: true}, {pin: "", poststart: true}} {
+		e, p := newPluginEnv(t)
+		if tc.poststart {
+			p.createFn = func(c *Info, s *specs.Spec) (*runtimeapi.LinuxContainerResources, error) {
+				s.Hooks = &specs.Hooks{Poststart: []specs.Hook{{Path: "/bin/true"}}}
+				return c.Resources, nil
+			}
+		}
+		e.opts.MountNS = tc.pin
 		e.m = e.newManager()
 		id, err := e.m.Create(ctx, "pod1", containerConfig("c"), nil)
 		if err != nil {
@@ -30,15 +43,29 @@ func TestUnitCommandsEnterTheMountNamespace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if tc.oldRecord {
+			c.rec.StartInHostNS = false
+		}
 		svc := e.m.service(c.rec, e.rt)
-		for what, argv := range map[string][]string{"ExecStart": svc.ExecStart.Argv, "ExecStartPost": svc.ExecStartPost.Argv, "ExecStopPost": svc.ExecStopPost.Argv} {
-			entered := len(argv) > 3 && slices.Equal(argv[:3], []string{mountns.Nsenter, "--mount=" + testPin, "--"})
-			if entered != (pin != "") {
-				t.Errorf("pin %q: %s is %q", pin, what, argv)
+		startEnters := tc.pin != "" && (tc.poststart || tc.oldRecord)
+		for what, want := range map[string]struct {
+			argv   []string
+			enters bool
+		}{
+			"ExecStart":     {svc.ExecStart.Argv, tc.pin != ""},
+			"ExecStartPost": {svc.ExecStartPost.Argv, startEnters},
+			"ExecStopPost":  {svc.ExecStopPost.Argv, tc.pin != ""},
+		} {
+			entered := len(want.argv) > 3 && slices.Equal(want.argv[:3], []string{mountns.Nsenter, "--mount=" + testPin, "--"})
+			if entered != want.enters {
+				t.Errorf("%+v: %s is %q", tc, what, want.argv)
 			}
 		}
-		if pin != "" && svc.ExecStart.Argv[3] != "/usr/bin/podunit" {
+		if tc.pin != "" && svc.ExecStart.Argv[3] != "/usr/bin/podunit" {
 			t.Errorf("ExecStart after nsenter: %q", svc.ExecStart.Argv)
+		}
+		if len(svc.ExecStartPost.Argv) == 0 {
+			t.Errorf("%+v: no ExecStartPost", tc)
 		}
 	}
 }

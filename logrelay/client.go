@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -43,10 +42,22 @@ const UnitName = "podunit-logrelay.service"
 // Streams of one container, in the order Register passes them.
 var streamNames = [2]string{"out", "err"}
 
-var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
-
-// ValidID reports whether id can name a relay (and its fd store entries).
-func ValidID(id string) bool { return idRE.MatchString(id) }
+// ValidID reports whether id can name a relay (and its fd store entries):
+// 1 to 128 of [A-Za-z0-9_.-], not starting with one of "_.-". (Not a
+// regexp: compiling {0,127} cost the helper ~1.5 ms at every start.)
+func ValidID(id string) bool {
+	if len(id) == 0 || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		alnum := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+		if !alnum && (i == 0 || c != '_' && c != '.' && c != '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // Replies of the relay.
 const (

@@ -15,6 +15,7 @@ import (
 	"github.com/podunit/podunit/gc"
 	"github.com/podunit/podunit/imagestore"
 	"github.com/podunit/podunit/logrelay"
+	"github.com/podunit/podunit/logrelay/relayunit"
 	"github.com/podunit/podunit/metrics"
 	"github.com/podunit/podunit/sandbox"
 	"github.com/podunit/podunit/stats"
@@ -148,7 +149,7 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 	s.self = copts.Self
 	s.cgroupRoot = copts.CgroupRoot
 	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
-	err = logrelay.Ensure(rctx, sd, copts.Self, relaySock, filepath.Join(cfg.Paths.RunDir, "logrelay"))
+	err = relayunit.Ensure(rctx, sd, copts.Self, relaySock, filepath.Join(cfg.Paths.RunDir, "logrelay"))
 	rcancel()
 	if err != nil {
 		log.Warn("no log relay: container output is relayed to journald from inside each unit, no CRI log file is written (kubectl logs stays empty) and the last output of an exiting container can be cut", "err", err)
