@@ -285,6 +285,8 @@ type env struct {
 	opts   Options
 	deps   Deps
 	logDir string
+	// transientDir, when set, is the managers' systemd.TransientDir.
+	transientDir string
 	// managers are every manager newManager made: assertClean drains
 	// their reapers.
 	managers []*Manager
@@ -322,6 +324,9 @@ func (e *env) newManager() *Manager {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	// The fake systemd keeps no transient files: ask it, unless a test
+	// plays systemd's directory (e.transientDir).
+	m.transientDir = e.transientDir
 	if err := m.Recover(context.Background()); err != nil {
 		e.t.Fatal(err)
 	}

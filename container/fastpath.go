@@ -104,6 +104,9 @@ func (m *Manager) refreshStatusLocked(ctx context.Context, c *ctr) {
 // it; a kill and a stop job would find nothing to stop. Anything else,
 // an error included: the full kill, stop and reset.
 func (m *Manager) unitCleanup(ctx context.Context, unit string) (stop, reset bool) {
+	if m.unitCollected(unit) {
+		return false, false
+	}
 	units, err := m.sd.ListUnits(ctx, unit)
 	switch {
 	case err != nil:
@@ -117,6 +120,22 @@ func (m *Manager) unitCleanup(ctx context.Context, unit string) (stop, reset boo
 		}
 	}
 	return true, true
+}
+
+// unitCollected reports whether systemd has certainly freed the transient
+// unit: its directory of transient units' files exists and holds none for
+// unit. systemd unlinks the file only as it frees the unit (not on a
+// reload), so this answers what the listing would, for ~1 ms less of
+// RemoveContainer (issue 20). False means "ask systemd".
+func (m *Manager) unitCollected(unit string) bool {
+	if m.transientDir == "" || unit == "" || strings.ContainsRune(unit, '/') {
+		return false
+	}
+	if fi, err := os.Stat(m.transientDir); err != nil || !fi.IsDir() {
+		return false
+	}
+	_, err := os.Lstat(filepath.Join(m.transientDir, unit))
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 // stateDirRuntime is a Runtime that can tell where it keeps a container's

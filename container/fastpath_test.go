@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -493,5 +494,55 @@ func TestVerboseInfoRuntimeSpec(t *testing.T) {
 	}
 	if v := read(); v["runtimeSpec"] != nil {
 		t.Errorf("a torn config.json was shown: %s", v["runtimeSpec"])
+	}
+}
+
+// With systemd's directory of transient files at hand, Remove asks systemd
+// nothing about a unit whose file is gone (systemd freed it); a file there,
+// or no such directory, sends it to the listing as before.
+func TestRemoveSkipsListingOfFreedUnit(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		noDir    bool
+		unitFile bool
+		wantList bool
+	}{
+		{name: "freed"},
+		{name: "still-loaded", unitFile: true, wantList: true},
+		{name: "no-directory", noDir: true, wantList: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, _ := newRootEnv(t)
+			dir := filepath.Join(t.TempDir(), "transient")
+			if !tc.noDir {
+				if err := os.Mkdir(dir, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e.transientDir = dir
+			e.m = e.newManager()
+			e.m.procRoot = e.proc
+			id := e.started("app")
+			e.exit(id, &exitrec.Record{ServiceResult: "exit-code", ExitCode: "exited", ExitStatus: "1", FinishedAt: time.Now().UnixNano()})
+			e.status(id)
+			if tc.unitFile {
+				if err := os.WriteFile(filepath.Join(dir, unitName(id)), nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			n := len(e.sd.Calls)
+			if err := e.m.Remove(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			got := e.callsSince(n)
+			listed := false
+			for _, c := range got {
+				listed = listed || strings.HasPrefix(c, "list")
+			}
+			if listed != tc.wantList {
+				t.Errorf("calls %q: listing %v, want %v", got, listed, tc.wantList)
+			}
+			e.assertClean()
+		})
 	}
 }

@@ -60,6 +60,9 @@ type Manager struct {
 	plugins  Plugins   // may be nil
 	// procRoot is where /proc is (tests point it at a fake one).
 	procRoot string
+	// transientDir is systemd's directory of transient units' files
+	// (unitCollected); empty asks systemd every time.
+	transientDir string
 
 	mu    sync.RWMutex
 	ctrs  map[string]*ctr
@@ -87,7 +90,7 @@ func New(opts Options, deps Deps) (*Manager, error) {
 	}
 	m := &Manager{
 		opts: opts, sd: deps.Systemd, imgs: deps.Images, pods: deps.Pods, rts: deps.Runtimes, defHandler: opts.DefaultHandler, features: deps.Features, logs: deps.Logs, evs: deps.Events, plugins: deps.Plugins,
-		procRoot: "/proc", ctrs: map[string]*ctr{}, names: map[string]string{},
+		procRoot: "/proc", transientDir: systemd.TransientDir, ctrs: map[string]*ctr{}, names: map[string]string{},
 	}
 	if err := m.startReaper(); err != nil {
 		return nil, err

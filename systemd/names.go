@@ -8,6 +8,12 @@ import (
 	"github.com/podunit/podunit/errdefs"
 )
 
+// TransientDir is where the system manager keeps transient units' files
+// (systemd.unit(5), "Units created using the dynamic API"). systemd writes
+// a unit's file there when the unit is created and unlinks it when it
+// frees the unit; a reload loads the units back from it.
+const TransientDir = "/run/systemd/transient"
+
 // SliceName accepts a cgroup parent as the kubelet sends it with the systemd
 // driver, either a bare slice name ("kubepods-pod1.slice") or its path form
 // ("/kubepods.slice/kubepods-pod1.slice"), and returns the leaf slice name.
