@@ -390,3 +390,33 @@ func TestFetchCachesConfigAsStored(t *testing.T) {
 		t.Errorf("stored config %+v: want the manifest's annotation and a size", stored)
 	}
 }
+
+// After a restart, Warm fills the caches from storage: the first
+// ListImages then reads nothing from storage's image records but the list.
+func TestWarmFillsCachesAfterRestart(t *testing.T) {
+	repo := "podunit-test/warm"
+	l := newTestLayer(t, map[string]string{"f": "warm"})
+	pushImage(t, repo, "1", runtime.GOARCH, []testLayer{l}, []digest.Digest{l.diffID}, nil)
+	env := newTestEnv(t, nil)
+	ctx := context.Background()
+	id, err := env.store.Pull(ctx, testRegistry+"/"+repo+":1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	env.open(t)
+	s := env.store
+	if _, ok := s.configs.Load(id); ok {
+		t.Fatal("a new store already has the config cached")
+	}
+	s.Warm(ctx)
+	c, ok := s.configs.Load(id)
+	if !ok {
+		t.Fatalf("Warm left image %s's config uncached", id)
+	}
+	if c.(*imageConfig).names.Load() == nil {
+		t.Errorf("Warm left image %s's names unparsed", id)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	imgspecv1 "github.com/opencontainers/image-spec/specs-go/v1"
@@ -151,6 +152,9 @@ func (s *Store) List(ctx context.Context, filter *runtimeapi.ImageFilter) ([]*ru
 	}
 	out := make([]*runtimeapi.Image, 0, len(images))
 	for i := range images {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		info, _, err := s.info(ctx, &images[i])
 		if err != nil {
 			// A shared store can hold things that are not runnable images
@@ -162,6 +166,21 @@ func (s *Store) List(ctx context.Context, filter *runtimeapi.ImageFilter) ([]*ru
 		out = append(out, info.CRI())
 	}
 	return out, nil
+}
+
+// Warm reads every image's config, size and names into the caches that
+// ImageStatus and ListImages answer from, as containerd's CRI plugin loads
+// its image records at start. Without it the first ListImages after a
+// restart read each image from storage under its locks: 8.9 ms in the
+// bench (issue 20), and the kubelet lists images right after it connects.
+func (s *Store) Warm(ctx context.Context) {
+	start := time.Now()
+	images, err := s.List(ctx, nil)
+	if err != nil {
+		s.log.WarnContext(ctx, "image caches not warmed", "err", err)
+		return
+	}
+	s.log.DebugContext(ctx, "image caches warmed", "images", len(images), "duration", time.Since(start))
 }
 
 // Remove deletes an image. Given a tag of an image that has other names,

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/podunit/podunit/config"
@@ -41,6 +42,9 @@ type services struct {
 	cgroupRoot string
 	stop       []func()
 	log        *slog.Logger
+	// warming is the image store's Warm, which close ends and waits for.
+	warming    sync.WaitGroup
+	stopWarmup context.CancelFunc
 }
 
 // drainTimeout bounds how long a graceful stop waits for removed
@@ -67,6 +71,8 @@ func (s *services) close() {
 		cancel()
 	}
 	if s.images != nil {
+		s.stopWarmup()
+		s.warming.Wait()
 		s.images.Close()
 	}
 	s.systemd.Close()
@@ -107,6 +113,15 @@ func wire(ctx context.Context, cfg *config.Config, log *slog.Logger, storedFDs [
 		return nil, fmt.Errorf("image store: %w", err)
 	}
 	s.images = images
+	// In the background: the CRI serves meanwhile, a call that comes first
+	// reads the image from storage as it would without the warm-up.
+	wctx, stopWarmup := context.WithCancel(ctx)
+	s.stopWarmup = stopWarmup
+	s.warming.Add(1)
+	go func() {
+		defer s.warming.Done()
+		images.Warm(wctx)
+	}()
 
 	plugins, err := newNRI(cfg, log)
 	if err != nil {
