@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/layerunpack"
 
 	"go.podman.io/image/v5/pkg/sysregistriesv2"
 	"go.podman.io/image/v5/signature"
@@ -93,9 +94,11 @@ type Store struct {
 }
 
 // Reexec must be called first thing in main (and in TestMain) of any binary
-// that uses a Store: go.podman.io/storage re-executes the binary to apply
-// layers inside a chroot. It reports whether this process was such a child,
-// which has then done its work and must exit.
+// that uses a Store: go.podman.io/storage re-executes the binary for work
+// inside a chroot (the vfs driver's layers, diffs read back; the overlay
+// driver's layers are applied in process, see layerunpack). It reports
+// whether this process was such a child, which has then done its work and
+// must exit.
 func Reexec() bool { return reexec.Init() }
 
 func (o Options) check() error {
@@ -163,6 +166,9 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		// existing root was created with.
 		so.GraphDriverPriority = []string{"overlay", "vfs"}
 	}
+	// Layers are applied in this process, not by a re-executed podunit
+	// per layer (layerunpack).
+	layerunpack.Install()
 	st, err := storage.GetStore(so)
 	if err != nil {
 		return nil, fmt.Errorf("opening storage at %s (driver %q): %w", o.Root, o.Driver, err)
