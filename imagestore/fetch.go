@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,8 +22,10 @@ import (
 	"go.podman.io/image/v5/signature"
 	"go.podman.io/image/v5/types"
 	"go.podman.io/storage"
+	graphdriver "go.podman.io/storage/drivers"
 
 	"github.com/podunit/podunit/errdefs"
+	"github.com/podunit/podunit/layerunpack"
 )
 
 // maxParallelDownloads bounds one pull's concurrent layer downloads, as
@@ -33,9 +36,10 @@ const maxParallelDownloads = 6
 // digest). containers/image's copy to storage decompresses every layer
 // twice: once while downloading, to compute its DiffID, and again when
 // storage applies it. fetch downloads the compressed blobs (verifying
-// their digests), then hands each file to storage, which decompresses,
-// applies and computes the DiffID in the same pass; a layer whose DiffID
-// differs from the image config's is deleted again. The image record is
+// their digests) and unpacks each into a staging directory of storage as
+// soon as it is verified, decompressing and computing its DiffID in the
+// same pass, all layers side by side; then it stores them in order, each
+// on its parent, once its DiffID is the image config's. The image record is
 // the one containers/image's storage transport writes (the same layer and
 // image IDs, manifest and config big data), so podman and skopeo read it
 // and it shares layers with images they pulled. Layers already in the
@@ -136,8 +140,7 @@ func (s *Store) fetch(ctx context.Context, named reference.Named, sys *types.Sys
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	blobs := s.downloadMissing(ctx, src, layers, ids, dir, touch)
-	defer blobs.wait()
-	defer blobs.cancel()
+	defer blobs.close(s)
 
 	for i := range layers {
 		b := blobs.of[i]
@@ -152,9 +155,7 @@ func (s *Store) fetch(ctx context.Context, named reference.Named, sys *types.Sys
 		if i > 0 {
 			parent = ids[i-1]
 		}
-		err := s.applyLayer(ids[i], parent, layers[i], diffIDs[i], b, touch)
-		_ = os.Remove(b.path) // its space is needed for the next layers
-		if err != nil {
+		if err := s.commitLayer(ids[i], parent, layers[i], diffIDs[i], b, touch); err != nil {
 			return "", err
 		}
 	}
@@ -202,10 +203,13 @@ func chainLayerID(parent string, diffID digest.Digest) string {
 }
 
 type blob struct {
-	done chan struct{} // closed when size or err is set
+	done chan struct{} // closed when downloaded (and staged, see stage) or err is set
 	path string
 	size int64 // verified against the manifest where it has one
-	err  error
+	// staged is the layer unpacked in a staging directory of storage,
+	// until commitLayer stores it (then nil).
+	staged *graphdriver.DriverWithDifferOutput
+	err    error
 }
 
 type downloads struct {
@@ -214,11 +218,25 @@ type downloads struct {
 	wg     sync.WaitGroup
 }
 
-func (d *downloads) wait() { d.wg.Wait() }
+// close stops the downloads and unpacks still running and gives back the
+// staging directories of layers not stored.
+func (d *downloads) close(s *Store) {
+	d.cancel()
+	d.wg.Wait()
+	for _, b := range d.of {
+		if b != nil && b.staged != nil {
+			if err := s.store.CleanupStagedLayer(b.staged); err != nil {
+				s.log.Warn("removing an unpacked layer that was not stored", "dir", b.staged.Target, "err", err)
+			}
+		}
+	}
+}
 
 // downloadMissing starts downloading the layers not in the store, in
-// order and at most maxParallelDownloads at once, so the first layer can
-// be applied while later ones still arrive.
+// order and at most maxParallelDownloads at once, and unpacks each as
+// soon as it is verified, at most GOMAXPROCS at once: storage stores a
+// layer only on its parent, but unpacking into a staging directory needs
+// no parent, so the layers of an image unpack side by side.
 func (s *Store) downloadMissing(ctx context.Context, src types.ImageSource, layers []types.BlobInfo, ids []string, dir string, touch func()) *downloads {
 	dctx, cancel := context.WithCancel(ctx)
 	d := &downloads{of: make([]*blob, len(layers)), cancel: cancel}
@@ -231,6 +249,7 @@ func (s *Store) downloadMissing(ctx context.Context, src types.ImageSource, laye
 		todo = append(todo, i)
 	}
 	sem := make(chan struct{}, maxParallelDownloads)
+	unpacks := make(chan struct{}, runtime.GOMAXPROCS(0))
 	d.wg.Go(func() {
 		for n, i := range todo {
 			select {
@@ -244,9 +263,13 @@ func (s *Store) downloadMissing(ctx context.Context, src types.ImageSource, laye
 			}
 			b := d.of[i]
 			d.wg.Go(func() {
-				defer func() { <-sem }()
+				defer close(b.done)
 				b.size, b.err = download(dctx, src, layers[i], b.path, touch)
-				close(b.done)
+				<-sem
+				if b.err == nil && s.stagedUnpack {
+					b.err = s.stage(dctx, b, layers[i], unpacks, touch)
+					_ = os.Remove(b.path) // its space is needed for the next layers
+				}
 			})
 		}
 	})
@@ -282,10 +305,83 @@ func download(ctx context.Context, src types.ImageSource, info types.BlobInfo, p
 	return n, nil
 }
 
-// applyLayer creates layer id from the verified blob b; storage
-// computes the DiffID while it applies, and a layer whose DiffID is not
-// the config's is removed again.
-func (s *Store) applyLayer(id, parent string, info types.BlobInfo, diffID digest.Digest, b *blob, touch func()) error {
+// stage unpacks the verified blob b into a staging directory of storage,
+// computing its DiffID as it goes (layerunpack.Differ). It waits for a
+// slot in unpacks.
+func (s *Store) stage(ctx context.Context, b *blob, info types.BlobInfo, unpacks chan struct{}, touch func()) error {
+	select {
+	case unpacks <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-unpacks }()
+	f, err := os.Open(b.path)
+	if err != nil {
+		return fmt.Errorf("staged layer %s: %w", info.Digest, err)
+	}
+	defer func() { _ = f.Close() }()
+	out, err := s.store.PrepareStagedLayer(&graphdriver.ApplyDiffWithDifferOpts{},
+		&layerunpack.Differ{Blob: ctxReader{ctx, touchReader{f, touch}}, Digest: info.Digest})
+	if err != nil {
+		// The driver leaves what was unpacked of a failed layer, and
+		// says where once the differ ran. (Cleaning up an empty Target
+		// would remove the working directory.)
+		if out != nil && out.Target != "" {
+			if cerr := s.store.CleanupStagedLayer(out); cerr != nil {
+				s.log.Warn("removing a layer that failed to unpack", "dir", out.Target, "err", cerr)
+			}
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("unpacking layer %s: %w", info.Digest, err)
+	}
+	b.staged = out
+	return nil
+}
+
+// commitLayer stores the unpacked layer of b as id on parent, once its
+// DiffID is the one the image config names.
+func (s *Store) commitLayer(id, parent string, info types.BlobInfo, diffID digest.Digest, b *blob, touch func()) error {
+	if !s.stagedUnpack {
+		err := s.putLayer(id, parent, info, diffID, b, touch)
+		_ = os.Remove(b.path) // its space is needed for the next layers
+		return err
+	}
+	staged := b.staged
+	if staged.UncompressedDigest != diffID {
+		return fmt.Errorf("broken image: layer %s unpacks to content with digest %s, the image config says %s", info.Digest, staged.UncompressedDigest, diffID)
+	}
+	// ApplyStagedLayer on an existing ID would replace that layer's files
+	// under its containers; a concurrent pull of another image sharing
+	// the layer may have stored it meanwhile. podunit's pulls check and
+	// store under one lock.
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	if _, err := s.store.Layer(id); err == nil {
+		return nil // close gives the staging directory back
+	}
+	b.staged = nil // storage owns it now, stored or cleaned up
+	_, err := s.store.ApplyStagedLayer(storage.ApplyStagedLayerOptions{
+		ID:          id,
+		ParentLayer: parent,
+		DiffOutput:  staged,
+		DiffOptions: &graphdriver.ApplyDiffWithDifferOpts{},
+	})
+	if err != nil {
+		if cerr := s.store.CleanupStagedLayer(staged); cerr != nil {
+			s.log.Warn("removing an unpacked layer that was not stored", "dir", staged.Target, "err", cerr)
+		}
+		return fmt.Errorf("storing layer %s: %w", info.Digest, err)
+	}
+	return nil
+}
+
+// putLayer stores layer id from the verified blob b with a driver that
+// cannot stage (vfs): storage unpacks it on its parent and computes the
+// DiffID while it does, and a layer whose DiffID is not the config's is
+// removed again.
+func (s *Store) putLayer(id, parent string, info types.BlobInfo, diffID digest.Digest, b *blob, touch func()) error {
 	f, err := os.Open(b.path)
 	if err != nil {
 		return fmt.Errorf("staged layer %s: %w", info.Digest, err)
@@ -360,6 +456,19 @@ func (s *Store) commitImage(named reference.Named, cfgDigest digest.Digest, cfgB
 // manifestKey is the big data key containers/image stores a manifest under.
 func manifestKey(d digest.Digest) string {
 	return storage.ImageDigestManifestBigDataNamePrefix + "-" + d.String()
+}
+
+// ctxReader ends an unpack whose pull was canceled.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // touchReader reports every read that moved bytes.

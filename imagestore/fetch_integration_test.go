@@ -163,6 +163,10 @@ func assertNothingStored(t *testing.T, env *testEnv) {
 	if staged, err := os.ReadDir(tmpDir(env.opts.Root)); err != nil || len(staged) != 0 {
 		t.Errorf("staged files left: %v (%v)", staged, err)
 	}
+	// Layers unpacked but not stored (layerunpack.Differ).
+	if unpacked, err := os.ReadDir(filepath.Join(env.opts.Root, "overlay", "staging")); len(unpacked) != 0 || err != nil && !os.IsNotExist(err) {
+		t.Errorf("unpacked layers left: %v (%v)", unpacked, err)
+	}
 }
 
 // A layer blob that does not match its digest is refused before storage
@@ -178,8 +182,8 @@ func TestFetchCorruptBlob(t *testing.T) {
 }
 
 // A layer that unpacks to other content than its image config's DiffID
-// says is removed again: storage computes the DiffID in the one pass that
-// applies it.
+// says is not stored: the DiffID is computed in the one pass that
+// unpacks it, and checked before the layer is stored.
 func TestFetchDiffIDMismatch(t *testing.T) {
 	repo := "podunit-test/fetch-lie"
 	actual := newTestLayer(t, map[string]string{"etc/real": "real"})
@@ -334,8 +338,9 @@ func TestFetchPolicy(t *testing.T) {
 	}
 }
 
-// Staged blobs of a daemon that died mid-pull are removed when the store
-// is opened again; the directory itself stays for the next pull.
+// Staged blobs and unpacked layers of a daemon that died mid-pull are
+// removed when the store is opened again; the directory itself stays for
+// the next pull.
 func TestStaleStagingRemovedAtOpen(t *testing.T) {
 	env := newTestEnv(t, nil)
 	staging := tmpDir(env.opts.Root)
@@ -351,6 +356,15 @@ func TestStaleStagingRemovedAtOpen(t *testing.T) {
 	if _, err := env.store.store.Shutdown(true); err != nil {
 		t.Fatal(err)
 	}
+	// A layer unpacked by a pull of a daemon that died, not stored
+	// (storage prunes these itself only when it shuts down cleanly).
+	unpacked := filepath.Join(env.opts.Root, "overlay", "staging", "1234")
+	if err := os.MkdirAll(filepath.Join(unpacked, "dir", "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(unpacked, "staging.lock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	env.open(t)
 	left, err := os.ReadDir(staging)
 	if err != nil {
@@ -358,6 +372,9 @@ func TestStaleStagingRemovedAtOpen(t *testing.T) {
 	}
 	if len(left) != 0 {
 		t.Errorf("left in %s after reopening: %v", staging, left)
+	}
+	if _, err := os.Stat(unpacked); !os.IsNotExist(err) {
+		t.Errorf("unpacked layer %s left after reopening: %v", unpacked, err)
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 	is "go.podman.io/image/v5/storage"
 	"go.podman.io/image/v5/types"
 	"go.podman.io/storage"
+	graphdriver "go.podman.io/storage/drivers"
 	"go.podman.io/storage/pkg/reexec"
 )
 
@@ -87,6 +88,13 @@ type Store struct {
 	// calls for one image all observe a consistent result.
 	removeMu sync.Mutex
 
+	// stagedUnpack: the driver unpacks layers into staging directories
+	// (overlay), so a pull unpacks its layers side by side (fetch.go).
+	stagedUnpack bool
+	// commitMu makes a pull's check that a layer is not stored yet and
+	// its storing one step for podunit's concurrent pulls (commitLayer).
+	commitMu sync.Mutex
+
 	// mounts are the writable layers this process knows about without
 	// asking storage, whose every call queues on store-wide locks behind
 	// other containers' creates (rootfs.go, mount).
@@ -143,6 +151,9 @@ func New(ctx context.Context, o Options) (*Store, error) {
 			}
 		}
 	}
+	if err := layerunpack.PruneStaging(o.Root); err != nil {
+		o.Logger.WarnContext(ctx, "removing stale unpacked layers", "err", err)
+	}
 	transient := o.Transient
 	if !transient {
 		if n := transientRecords(o.RunRoot); n > 0 {
@@ -190,6 +201,9 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		opts:  o,
 		log:   o.Logger,
 		pulls: newPullGroup(o.MaxParallelPulls),
+	}
+	if d, err := st.GraphDriver(); err == nil {
+		_, s.stagedUnpack = d.(graphdriver.DriverWithDiffer)
 	}
 	s.live.Store(l)
 	// Parsing registries.conf now puts it in containers/image's cache, which

@@ -3,15 +3,23 @@ package layerunpack
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
 
+	"github.com/opencontainers/go-digest"
+	tsasm "github.com/vbatts/tar-split/tar/asm"
+	tsstorage "github.com/vbatts/tar-split/tar/storage"
+	graphdriver "go.podman.io/storage/drivers"
 	"go.podman.io/storage/pkg/archive"
+	"golang.org/x/sys/unix"
 )
 
 func needRoot(t *testing.T) {
@@ -167,5 +175,175 @@ func TestUntarKeepsTheLayerInside(t *testing.T) {
 func TestUntarEmptyArchive(t *testing.T) {
 	if err := Untar(nil, t.TempDir(), nil); err == nil {
 		t.Fatal("nil archive unpacked")
+	}
+}
+
+func gzipped(t *testing.T, b []byte) *bytes.Buffer {
+	t.Helper()
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	if _, err := zw.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return &z
+}
+
+// The differ hands storage what PutLayer would have computed: the DiffID
+// and size of the whole uncompressed stream, the files' owners, and a
+// tar-split from which the exact tar is rebuilt; the root's mode only
+// when the layer sets it.
+func TestDifferStagesWhatPutLayerRecords(t *testing.T) {
+	needRoot(t)
+	var raw bytes.Buffer
+	tw := tar.NewWriter(&raw)
+	for _, h := range []*tar.Header{
+		{Name: "./", Typeflag: tar.TypeDir, Mode: 0o711},
+		{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755, Uid: 7, Gid: 8},
+		{Name: "etc/os-release", Typeflag: tar.TypeReg, Mode: 0o644, Size: 3, Uid: 1000, Gid: 100},
+		{Name: "etc/.wh.gone", Typeflag: tar.TypeReg, Mode: 0o644, Uid: 4242, Gid: 4242},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Size > 0 {
+			if _, err := io.WriteString(tw, "id\n"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	raw.Write(make([]byte, 1024)) // padding past the end: part of the DiffID
+	want := raw.Bytes()
+
+	staging := t.TempDir()
+	dest := filepath.Join(staging, "dir")
+	if err := os.Mkdir(dest, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	d := &Differ{Blob: gzipped(t, want), Digest: "sha256:blob"}
+	out, err := d.ApplyDiff(dest, &archive.TarOptions{WhiteoutFormat: archive.OverlayWhiteoutFormat},
+		&graphdriver.DifferOptions{Format: graphdriver.DifferOutputFormatDir, StagingDirectory: staging})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.TarSplit.Close()
+	if out.UncompressedDigest != digest.FromBytes(want) || out.Size != int64(len(want)) {
+		t.Errorf("DiffID %s size %d, want %s %d", out.UncompressedDigest, out.Size, digest.FromBytes(want), len(want))
+	}
+	if out.CompressedDigest != "" {
+		t.Errorf("compressed digest %s recorded without its size", out.CompressedDigest)
+	}
+	// Whiteouts' owners are not the layer's (storage skips them too).
+	if !slices.Equal(out.UIDs, []uint32{0, 7, 1000}) || !slices.Equal(out.GIDs, []uint32{0, 8, 100}) {
+		t.Errorf("owners %v %v", out.UIDs, out.GIDs)
+	}
+	if out.RootDirMode == nil || out.RootDirMode.Perm() != 0o711 {
+		t.Errorf("root mode %v, want 0711 from the layer", out.RootDirMode)
+	}
+	if got, err := os.ReadFile(filepath.Join(dest, "etc/os-release")); err != nil || string(got) != "id\n" {
+		t.Errorf("unpacked file: %q, %v", got, err)
+	}
+	var rebuilt bytes.Buffer
+	rc := tsasm.NewOutputTarStream(tsstorage.NewPathFileGetter(dest), tsstorage.NewJSONUnpacker(out.TarSplit))
+	if _, err := io.Copy(&rebuilt, rc); err != nil {
+		t.Fatal(err)
+	}
+	rc.Close()
+	if !bytes.Equal(rebuilt.Bytes(), want) {
+		t.Errorf("the tar rebuilt from the tar-split differs from the layer (%d against %d bytes)", rebuilt.Len(), len(want))
+	}
+
+	// No root entry: storage gives the directory its parent's mode.
+	dest2 := filepath.Join(staging, "dir2")
+	d2 := &Differ{Blob: layer(t, entry{name: "f", body: "x", typ: tar.TypeReg}), Digest: "sha256:blob2"}
+	out2, err := d2.ApplyDiff(dest2, &archive.TarOptions{}, &graphdriver.DifferOptions{StagingDirectory: staging})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out2.TarSplit.Close()
+	if out2.RootDirMode != nil {
+		t.Errorf("root mode %v set by a layer without a root entry", out2.RootDirMode)
+	}
+	if _, err := d2.ApplyDiff(filepath.Join(staging, "flat"), &archive.TarOptions{},
+		&graphdriver.DifferOptions{Format: graphdriver.DifferOutputFormatFlat, StagingDirectory: staging}); err == nil {
+		t.Error("composefs's flat layout accepted")
+	}
+	if ents, _ := os.ReadDir(staging); len(ents) != 2 {
+		t.Errorf("staging directory holds %d entries, want the two layers only (tar-splits unlinked)", len(ents))
+	}
+}
+
+const holdLockEnv = "LAYERUNPACK_HOLD_LOCK"
+
+// TestHelperHoldLock is not a test: run as a child by TestPruneStaging, it
+// holds the staging lock named in its environment until stdin closes.
+func TestHelperHoldLock(t *testing.T) {
+	path := os.Getenv(holdLockEnv)
+	if path == "" {
+		t.Skip("helper process only")
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk := unix.Flock_t{Type: unix.F_WRLCK}
+	if err := unix.FcntlFlock(f.Fd(), unix.F_SETLK, &lk); err != nil {
+		t.Fatal(err)
+	}
+	os.Stdout.WriteString("locked\n")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+}
+
+// Staging directories of a dead process go, locked or not; one another
+// process holds stays.
+func TestPruneStaging(t *testing.T) {
+	root := t.TempDir()
+	staging := filepath.Join(root, "overlay", "staging")
+	for _, d := range []string{"dead-locked", "dead-unlocked", "held"} {
+		if err := os.MkdirAll(filepath.Join(staging, d, "dir", "etc"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if d != "dead-unlocked" {
+			if err := os.WriteFile(filepath.Join(staging, d, "staging.lock"), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHoldLock$")
+	cmd.Env = append(os.Environ(), holdLockEnv+"="+filepath.Join(staging, "held", "staging.lock"))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); _ = cmd.Wait() }()
+	line := make([]byte, 7)
+	if _, err := io.ReadFull(stdout, line); err != nil || string(line) != "locked\n" {
+		t.Fatalf("helper: %q, %v", line, err)
+	}
+
+	if err := PruneStaging(root); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(staging)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 1 || ents[0].Name() != "held" {
+		t.Errorf("left after pruning: %v, want only the held directory", ents)
+	}
+	if err := PruneStaging(t.TempDir()); err != nil {
+		t.Errorf("a root without staging: %v", err)
 	}
 }
