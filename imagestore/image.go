@@ -175,10 +175,18 @@ func (s *Store) List(ctx context.Context, filter *runtimeapi.ImageFilter) ([]*ru
 // bench (issue 20), and the kubelet lists images right after it connects.
 func (s *Store) Warm(ctx context.Context) {
 	start := time.Now()
-	images, err := s.List(ctx, nil)
+	images, err := s.store.Images()
 	if err != nil {
-		s.log.WarnContext(ctx, "image caches not warmed", "err", err)
+		s.log.WarnContext(ctx, "image caches not warmed", "err", storageErr("listing images", err))
 		return
+	}
+	for i := range images {
+		if ctx.Err() != nil {
+			return
+		}
+		// What cannot be read is skipped, as List skips it; the info
+		// itself is not needed, only what reading it caches.
+		_, _, _ = s.info(ctx, &images[i])
 	}
 	s.log.DebugContext(ctx, "image caches warmed", "images", len(images), "duration", time.Since(start))
 }

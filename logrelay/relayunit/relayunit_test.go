@@ -7,6 +7,9 @@ import (
 	"testing"
 )
 
+// The relay runs as the small binary beside podunit's when there is one
+// (what counts as one is selfbin.Sibling's, tested there), as podunit's
+// own hidden command otherwise.
 func TestCommandPrefersTheSmallBinary(t *testing.T) {
 	dir := t.TempDir()
 	self := filepath.Join(dir, "podunit")
@@ -14,13 +17,9 @@ func TestCommandPrefersTheSmallBinary(t *testing.T) {
 		t.Fatalf("without the small binary: %q", got)
 	}
 	small := filepath.Join(dir, BinaryName)
-	if err := os.WriteFile(small, []byte("#!/bin/sh\n"), 0o644); err != nil {
+	if err := os.WriteFile(small, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if got := Command(self); got[0] != self {
-		t.Fatalf("a non-executable file was taken: %q", got)
-	}
-	os.Chmod(small, 0o755)
 	if got := Command(self); !slices.Equal(got, []string{small}) {
 		t.Fatalf("with the small binary: %q", got)
 	}
