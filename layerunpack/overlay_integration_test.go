@@ -5,7 +5,6 @@ package layerunpack
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"fmt"
 	"io"
 	"os"
@@ -147,7 +146,7 @@ func TestStagedLayersMatchPutLayer(t *testing.T) {
 		if i > 0 {
 			parent = put[i-1].ID
 		}
-		l, _, err := st.PutLayer("", parent, nil, "", false, nil, gzipBlob(t, raw))
+		l, _, err := st.PutLayer("", parent, nil, "", false, nil, gzipped(t, raw))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +159,7 @@ func TestStagedLayersMatchPutLayer(t *testing.T) {
 	for i, raw := range tars {
 		wg.Go(func() {
 			outs[i], errs[i] = st.PrepareStagedLayer(&graphdriver.ApplyDiffWithDifferOpts{},
-				&Differ{Blob: gzipBlob(t, raw), Digest: digest.FromBytes(raw)})
+				&Differ{Blob: gzipped(t, raw), Digest: digest.FromBytes(raw)})
 		})
 	}
 	wg.Wait()
@@ -241,19 +240,6 @@ func tarOf(t *testing.T, hdrs ...*tar.Header) []byte {
 		t.Fatal(err)
 	}
 	return b.Bytes()
-}
-
-func gzipBlob(t *testing.T, raw []byte) io.Reader {
-	t.Helper()
-	var z bytes.Buffer
-	zw := gzip.NewWriter(&z)
-	if _, err := zw.Write(raw); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return &z
 }
 
 // treeOf lists every path under root with its mode and owner.
