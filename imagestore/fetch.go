@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,11 +34,11 @@ const maxParallelDownloads = 6
 // fetch stores the image named refers to and returns its ID (the config
 // digest). containers/image's copy to storage decompresses every layer
 // twice: once while downloading, to compute its DiffID, and again when
-// storage applies it. fetch downloads the compressed blobs (verifying
-// their digests) and unpacks each into a staging directory of storage as
-// soon as it is verified, decompressing and computing its DiffID in the
-// same pass, all layers side by side; then it stores them in order, each
-// on its parent, once its DiffID is the image config's. The image record is
+// storage applies it. fetch unpacks each layer into a staging directory of
+// storage as its blob arrives, decompressing it and computing its digest
+// and DiffID in the same pass, all layers side by side; then it stores
+// them in order, each on its parent, once the blob's digest and the
+// DiffID are the ones the manifest and the config name. The image record is
 // the one containers/image's storage transport writes (the same layer and
 // image IDs, manifest and config big data), so podman and skopeo read it
 // and it shares layers with images they pulled. Layers already in the
@@ -203,7 +202,7 @@ func chainLayerID(parent string, diffID digest.Digest) string {
 }
 
 type blob struct {
-	done chan struct{} // closed when downloaded (and staged, see stage) or err is set
+	done chan struct{} // closed when staged (or, for putLayer, downloaded) or err is set
 	path string
 	size int64 // verified against the manifest where it has one
 	// staged is the layer unpacked in a staging directory of storage,
@@ -232,11 +231,12 @@ func (d *downloads) close(s *Store) {
 	}
 }
 
-// downloadMissing starts downloading the layers not in the store, in
-// order and at most maxParallelDownloads at once, and unpacks each as
-// soon as it is verified, at most GOMAXPROCS at once: storage stores a
+// downloadMissing starts fetching the layers not in the store, in order
+// and at most maxParallelDownloads at once. With a driver that stages
+// (overlay), each is unpacked as it arrives (stage): storage stores a
 // layer only on its parent, but unpacking into a staging directory needs
-// no parent, so the layers of an image unpack side by side.
+// no parent, so the layers of an image unpack side by side. Otherwise
+// (vfs) each blob is downloaded to a file, for putLayer.
 func (s *Store) downloadMissing(ctx context.Context, src types.ImageSource, layers []types.BlobInfo, ids []string, dir string, touch func()) *downloads {
 	dctx, cancel := context.WithCancel(ctx)
 	d := &downloads{of: make([]*blob, len(layers)), cancel: cancel}
@@ -249,7 +249,6 @@ func (s *Store) downloadMissing(ctx context.Context, src types.ImageSource, laye
 		todo = append(todo, i)
 	}
 	sem := make(chan struct{}, maxParallelDownloads)
-	unpacks := make(chan struct{}, runtime.GOMAXPROCS(0))
 	d.wg.Go(func() {
 		for n, i := range todo {
 			select {
@@ -264,11 +263,11 @@ func (s *Store) downloadMissing(ctx context.Context, src types.ImageSource, laye
 			b := d.of[i]
 			d.wg.Go(func() {
 				defer close(b.done)
-				b.size, b.err = download(dctx, src, layers[i], b.path, touch)
-				<-sem
-				if b.err == nil && s.stagedUnpack {
-					b.err = s.stage(dctx, b, layers[i], unpacks, touch)
-					_ = os.Remove(b.path) // its space is needed for the next layers
+				defer func() { <-sem }()
+				if s.stagedUnpack {
+					b.err = s.stage(dctx, src, layers[i], b, touch)
+				} else {
+					b.size, b.err = download(dctx, src, layers[i], b.path, touch)
 				}
 			})
 		}
@@ -305,36 +304,53 @@ func download(ctx context.Context, src types.ImageSource, info types.BlobInfo, p
 	return n, nil
 }
 
-// stage unpacks the verified blob b into a staging directory of storage,
-// computing its DiffID as it goes (layerunpack.Differ). It waits for a
-// slot in unpacks.
-func (s *Store) stage(ctx context.Context, b *blob, info types.BlobInfo, unpacks chan struct{}, touch func()) error {
-	select {
-	case unpacks <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	defer func() { <-unpacks }()
-	f, err := os.Open(b.path)
+// stage unpacks the layer into a staging directory of storage as its blob
+// arrives, decompressing it and computing its DiffID in the same pass
+// (layerunpack.Differ). The blob's size and digest are checked once all
+// of it has arrived; a layer that fails them is removed, never stored.
+// Unpacking before the digest is known costs nothing a check first would
+// save: the unpack is confined to a directory nothing else sees (and, in
+// it, to a chroot), and a registry that lies gets its layer discarded.
+func (s *Store) stage(ctx context.Context, src types.ImageSource, info types.BlobInfo, b *blob, touch func()) error {
+	rc, _, err := src.GetBlob(ctx, info, none.NoCache)
 	if err != nil {
-		return fmt.Errorf("staged layer %s: %w", info.Digest, err)
+		return fmt.Errorf("fetching layer %s: %w", info.Digest, err)
 	}
-	defer func() { _ = f.Close() }()
+	defer func() { _ = rc.Close() }()
+	var body io.Reader = rc
+	if info.Size >= 0 {
+		body = io.LimitReader(rc, info.Size+1) // one byte too many tells
+	}
+	verifier := info.Digest.Verifier()
+	blob := &countingReader{r: io.TeeReader(ctxReader{ctx, touchReader{body, touch}}, verifier)}
 	out, err := s.store.PrepareStagedLayer(&graphdriver.ApplyDiffWithDifferOpts{},
-		&layerunpack.Differ{Blob: ctxReader{ctx, touchReader{f, touch}}, Digest: info.Digest})
+		&layerunpack.Differ{Blob: blob, Digest: info.Digest})
+	// The blob's end (padding after the compressed stream) is digested
+	// too; and a blob that failed to unpack may have failed because it
+	// is not the one the manifest names, which is the error to report.
+	_, rerr := io.Copy(io.Discard, blob)
+	switch {
+	case ctx.Err() != nil:
+		err = ctx.Err()
+	case rerr != nil:
+		err = fmt.Errorf("fetching layer %s: %w", info.Digest, rerr)
+	case info.Size >= 0 && blob.n != info.Size:
+		err = fmt.Errorf("layer %s: %d bytes received, the manifest says %d", info.Digest, blob.n, info.Size)
+	case !verifier.Verified():
+		err = fmt.Errorf("layer %s: the data received does not match its digest", info.Digest)
+	case err != nil:
+		err = fmt.Errorf("unpacking layer %s: %w", info.Digest, err)
+	}
 	if err != nil {
 		// The driver leaves what was unpacked of a failed layer, and
 		// says where once the differ ran. (Cleaning up an empty Target
 		// would remove the working directory.)
 		if out != nil && out.Target != "" {
 			if cerr := s.store.CleanupStagedLayer(out); cerr != nil {
-				s.log.Warn("removing a layer that failed to unpack", "dir", out.Target, "err", cerr)
+				s.log.Warn("removing a layer that was not stored", "dir", out.Target, "err", cerr)
 			}
 		}
-		if cerr := ctx.Err(); cerr != nil {
-			return cerr
-		}
-		return fmt.Errorf("unpacking layer %s: %w", info.Digest, err)
+		return err
 	}
 	b.staged = out
 	return nil
@@ -456,6 +472,18 @@ func (s *Store) commitImage(named reference.Named, cfgDigest digest.Digest, cfgB
 // manifestKey is the big data key containers/image stores a manifest under.
 func manifestKey(d digest.Digest) string {
 	return storage.ImageDigestManifestBigDataNamePrefix + "-" + d.String()
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // ctxReader ends an unpack whose pull was canceled.

@@ -169,13 +169,26 @@ func assertNothingStored(t *testing.T, env *testEnv) {
 	}
 }
 
-// A layer blob that does not match its digest is refused before storage
-// sees it.
+// A layer blob that does not match its digest is never stored: what was
+// unpacked of it as it arrived is removed, and the digest is the error
+// reported even when the corrupt data failed to unpack first.
 func TestFetchCorruptBlob(t *testing.T) {
 	p := newProxy(t, func(p *proxy) { p.corrupt = true })
 	env := newTestEnv(t, nil, registry{prefix: p.addr, location: p.addr})
 	_, err := env.store.Pull(context.Background(), p.addr+"/library/nginx:latest", nil)
 	if err == nil || !strings.Contains(err.Error(), "does not match its digest") {
+		t.Fatalf("err = %v", err)
+	}
+	assertNothingStored(t, env)
+}
+
+// A registry that sends more than a layer blob's size fails the pull (the
+// fetch stops reading one byte past the size); the layer is not stored.
+func TestFetchOversizedBlob(t *testing.T) {
+	p := newProxy(t, func(p *proxy) { p.pad = true })
+	env := newTestEnv(t, nil, registry{prefix: p.addr, location: p.addr})
+	_, err := env.store.Pull(context.Background(), p.addr+"/library/nginx:latest", nil)
+	if err == nil || !strings.Contains(err.Error(), "bytes received, the manifest says") {
 		t.Fatalf("err = %v", err)
 	}
 	assertNothingStored(t, env)

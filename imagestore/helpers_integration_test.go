@@ -179,6 +179,7 @@ type proxy struct {
 	slowFirst time.Duration // delay before answering each request
 	stallBlob bool          // send half of every layer blob, then hang
 	corrupt   bool          // flip a byte in the middle of every layer blob
+	pad       bool          // send 1 MiB more than every layer blob
 	stalled   chan struct{} // closed when a stalled client goes away
 }
 
@@ -194,7 +195,7 @@ func newProxy(t *testing.T, configure func(*proxy)) *proxy {
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.mu.Lock()
 		p.requests++
-		user, password, delay, stall, corrupt := p.user, p.password, p.slowFirst, p.stallBlob, p.corrupt
+		user, password, delay, stall, corrupt, pad := p.user, p.password, p.slowFirst, p.stallBlob, p.corrupt, p.pad
 		p.mu.Unlock()
 		if user != "" {
 			u, pw, ok := r.BasicAuth()
@@ -221,6 +222,10 @@ func newProxy(t *testing.T, configure func(*proxy)) *proxy {
 		}
 		if isBlob && corrupt {
 			corruptBlobResponse(w, r)
+			return
+		}
+		if isBlob && pad {
+			paddedBlobResponse(w, r)
 			return
 		}
 		rp.ServeHTTP(w, r)
@@ -282,6 +287,27 @@ func corruptBlobResponse(w http.ResponseWriter, r *http.Request) {
 	if len(body) >= 4096 {
 		body[len(body)/2] ^= 0xff
 	}
+	_, _ = w.Write(body)
+}
+
+// paddedBlobResponse sends the blob and then 1 MiB of zeros, without a
+// length, except small blobs (the config).
+func paddedBlobResponse(w http.ResponseWriter, r *http.Request) {
+	resp, err := http.Get("http://" + testRegistry + r.URL.Path)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	if len(body) >= 4096 {
+		w.Header().Del("Content-Length")
+		body = append(body, make([]byte, 1<<20)...)
+	}
+	w.WriteHeader(resp.StatusCode)
 	_, _ = w.Write(body)
 }
 

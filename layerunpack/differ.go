@@ -1,6 +1,7 @@
 package layerunpack
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"github.com/vbatts/tar-split/archive/tar"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/klauspost/compress/gzip"
 	"github.com/opencontainers/go-digest"
 	tsasm "github.com/vbatts/tar-split/tar/asm"
 	tsstorage "github.com/vbatts/tar-split/tar/storage"
@@ -62,7 +64,7 @@ func (d *Differ) ApplyDiff(dest string, opts *archive.TarOptions, dopts *graphdr
 		}
 	}()
 
-	uncompressed, err := archive.DecompressStream(d.Blob)
+	uncompressed, err := decompress(d.Blob)
 	if err != nil {
 		return out, fmt.Errorf("decompressing layer %s: %w", d.Digest, err)
 	}
@@ -139,4 +141,26 @@ func sortedKeys(m map[uint32]bool) []uint32 {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// decompress is storage's archive.DecompressStream but for gzip, the
+// format of nearly every layer, which it reads with pgzip: decompression
+// ahead of the reader on goroutines of its own, with 1 MiB blocks
+// allocated per layer. A pull unpacks its layers side by side already;
+// the read-ahead then only added goroutine hand-offs and zeroed memory
+// (the pull profile: pgzip.NewReader 4 %, futex wake-ups 12 %).
+func decompress(r io.Reader) (io.ReadCloser, error) {
+	br := bufio.NewReaderSize(r, 32<<10)
+	head, err := br.Peek(10)
+	if err != nil && err != io.EOF {
+		return nil, err
+	}
+	if archive.DetectCompression(head) != archive.Gzip {
+		return archive.DecompressStream(br)
+	}
+	zr, err := gzip.NewReader(br)
+	if err != nil {
+		return nil, err
+	}
+	return zr, nil
 }
