@@ -643,7 +643,7 @@ func (r *run) renderProfile(w writer) {
 		w("\nCumulative (`-top -cum`):\n\n```\n%s\n```\n", head(string(cum), 45))
 	}
 	if pull, err := os.ReadFile(r.dir + "/pprof-pull-cum.txt"); err == nil {
-		w("\nCPU during 6 pulls of the 50 MB image (pull.sh, 15 s profile; layer application in podunit's storage re-exec child is not in it), `-top -cum`:\n\n```\n%s\n```\n", head(string(pull), 45))
+		w("\nCPU during 6 pulls of the 50 MB image (pull.sh, 15 s profile; layers are unpacked in the daemon's process, so all of a pull is in it), `-top -cum`:\n\n```\n%s\n```\n", head(string(pull), 45))
 	}
 	if blk, err := os.ReadFile(r.dir + "/pprof-block.txt"); err == nil {
 		w("\nBlocking (`/debug/pprof/block`, events ≥ 100 µs, since the profiled daemon started; `-top -cum`) — where request goroutines wait:\n\n```\n%s\n```\n", head(string(blk), 45))
