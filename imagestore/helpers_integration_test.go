@@ -121,6 +121,9 @@ func newTestEnv(t testing.TB, tweak func(*Options), regs ...registry) *testEnv {
 	env.open(t)
 	t.Cleanup(func() {
 		if env.store != nil {
+			// A pull its caller abandoned may still be ending, as Close
+			// waits for; storage must not shut down under its unpack.
+			env.store.pulls.cancelAll()
 			_, _ = env.store.store.Shutdown(true)
 		}
 		for _, m := range mountsUnder(t, dir) {
