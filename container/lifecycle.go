@@ -30,12 +30,12 @@ const safetyStopTimeout = 10 * time.Minute
 // The runtime runs in two steps. ExecStart creates the container: its
 // init exists and waits, and its PID is in the PID file when the wrapper
 // exits, so systemd always adopts a live main PID that is its own child.
-// ExecStartPost then starts it. With a private mount namespace each
-// command enters it first (nsenter execs it: the main PID stays the
-// wrapper's and then the runtime's), so the runtime finds the root
-// filesystem and the pins podunit mounted there; the start step only
-// when poststart hooks might need them (record.StartInHostNS): nsenter
-// costs ~3 ms of the start. With `run --detach` in one step a
+// ExecStartPost then starts it. With a private mount namespace the
+// runtime runs in it, so it finds the root filesystem and the pins podunit
+// mounted there: the wrapper and the recorder start it on a thread that
+// entered the namespace (--mount-ns, mountns.OnThread), and the start
+// step enters it with nsenter only when poststart hooks might need it
+// (record.StartInHostNS). With `run --detach` in one step a
 // container that exits at once left a zombie behind the PID file, which
 // systemd refuses ("New main PID does not exist or is a zombie", result
 // 'protocol') and whose exit code it never reports.
@@ -45,8 +45,12 @@ func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 	if helper == "" {
 		helper = m.opts.Self
 	}
-	execStart := []string{helper, "_stdio", "--unit", r.Unit, "--identifier", name,
-		"--cgroup-root", m.opts.CgroupRoot, "--cgroup-leaf", "runtime", "--pid-file", m.pidFile(r.ID)}
+	var inNS []string
+	if m.opts.MountNS != "" {
+		inNS = []string{"--mount-ns", m.opts.MountNS}
+	}
+	execStart := append([]string{helper, "_stdio", "--unit", r.Unit, "--identifier", name,
+		"--cgroup-root", m.opts.CgroupRoot, "--cgroup-leaf", "runtime", "--pid-file", m.pidFile(r.ID)}, inNS...)
 	consoleSocket := ""
 	if r.Config.GetTty() {
 		// The terminal's slave is the container's stdin, stdout and stderr.
@@ -79,8 +83,8 @@ func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 	} else {
 		execStart = append(execStart, rt.CreateArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID), consoleSocket)...)
 	}
-	stopPost := []string{helper, "_exitrec", "--cgroup", systemd.UnitCgroupPath(r.Slice, r.Unit),
-		"--cgroup-root", m.opts.CgroupRoot, "--relay-pid-file", m.pidFile(r.ID) + ".relay"}
+	stopPost := append([]string{helper, "_exitrec", "--cgroup", systemd.UnitCgroupPath(r.Slice, r.Unit),
+		"--cgroup-root", m.opts.CgroupRoot, "--relay-pid-file", m.pidFile(r.ID) + ".relay"}, inNS...)
 	stopPost = append(append(stopPost, relay...), m.stateDir(r.ID))
 	if del := rt.DeleteArgv(r.ID); len(del) > 0 {
 		stopPost = append(append(stopPost, "--"), del...)
@@ -90,9 +94,9 @@ func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 		Slice:            r.Slice,
 		Description:      fmt.Sprintf("%s/%s/%s", r.PodNamespace, r.PodName, name),
 		PIDFile:          m.pidFile(r.ID),
-		ExecStart:        unitprops.Exec{Argv: mountns.Wrap(m.opts.MountNS, execStart)},
+		ExecStart:        unitprops.Exec{Argv: execStart},
 		ExecStartPost:    unitprops.Exec{Argv: startPost},
-		ExecStopPost:     unitprops.Exec{Argv: mountns.Wrap(m.opts.MountNS, stopPost), IgnoreFailure: true},
+		ExecStopPost:     unitprops.Exec{Argv: stopPost, IgnoreFailure: true},
 		KillSignal:       r.StopSignal,
 		StopTimeout:      safetyStopTimeout,
 		StartTimeout:     m.opts.StartTimeout,

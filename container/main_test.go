@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/podunit/podunit/exitrec"
-	"github.com/podunit/podunit/logrelay"
+	"github.com/podunit/podunit/logrelay/relayd"
 	"github.com/podunit/podunit/stdio"
 )
 
@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 		case "_exitrec":
 			os.Exit(exitrec.Main(os.Args[2:]))
 		case "_logrelay":
-			os.Exit(logrelay.Main(os.Args[2:]))
+			os.Exit(relayd.Main(os.Args[2:]))
 		}
 	}
 	os.Exit(m.Run())

@@ -15,10 +15,11 @@ import (
 
 const testPin = "/run/podunit/mntns/mnt"
 
-// With a private mount namespace every command of the container's unit
-// enters it first, but the runtime's start step only when a poststart hook
-// could need it (or the record predates the choice); without a namespace
-// the commands are as they were.
+// With a private mount namespace the runtime runs in it: the wrapper and
+// the recorder are told the namespace (they enter it on one thread for the
+// runtime, no nsenter exec), the runtime's start step enters it with
+// nsenter only when a poststart hook could need it (or the record predates
+// the choice); without a namespace the commands are as they were.
 func TestUnitCommandsEnterTheMountNamespace(t *testing.T) {
 	type tc struct {
 		pin       string
@@ -48,21 +49,21 @@ func TestUnitCommandsEnterTheMountNamespace(t *testing.T) {
 		}
 		svc := e.m.service(c.rec, e.rt)
 		startEnters := tc.pin != "" && (tc.poststart || tc.oldRecord)
-		for what, want := range map[string]struct {
-			argv   []string
-			enters bool
-		}{
-			"ExecStart":     {svc.ExecStart.Argv, tc.pin != ""},
-			"ExecStartPost": {svc.ExecStartPost.Argv, startEnters},
-			"ExecStopPost":  {svc.ExecStopPost.Argv, tc.pin != ""},
-		} {
-			entered := len(want.argv) > 3 && slices.Equal(want.argv[:3], []string{mountns.Nsenter, "--mount=" + testPin, "--"})
-			if entered != want.enters {
-				t.Errorf("%+v: %s is %q", tc, what, want.argv)
-			}
+		if entered := len(svc.ExecStartPost.Argv) > 3 && slices.Equal(svc.ExecStartPost.Argv[:3], []string{mountns.Nsenter, "--mount=" + testPin, "--"}); entered != startEnters {
+			t.Errorf("%+v: ExecStartPost is %q", tc, svc.ExecStartPost.Argv)
 		}
-		if tc.pin != "" && svc.ExecStart.Argv[3] != "/usr/bin/podunit" {
-			t.Errorf("ExecStart after nsenter: %q", svc.ExecStart.Argv)
+		for what, argv := range map[string][]string{"ExecStart": svc.ExecStart.Argv, "ExecStopPost": svc.ExecStopPost.Argv} {
+			if argv[0] != "/usr/bin/podunit" || slices.Contains(argv, mountns.Nsenter) {
+				t.Errorf("%+v: %s is %q, want the helper itself", tc, what, argv)
+			}
+			end := slices.Index(argv, "--")
+			if end < 0 {
+				end = len(argv)
+			}
+			told := slices.Contains(argv[:end], "--mount-ns")
+			if told != (tc.pin != "") || (told && argv[slices.Index(argv, "--mount-ns")+1] != testPin) {
+				t.Errorf("%+v: %s is %q", tc, what, argv)
+			}
 		}
 		if len(svc.ExecStartPost.Argv) == 0 {
 			t.Errorf("%+v: no ExecStartPost", tc)

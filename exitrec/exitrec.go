@@ -22,6 +22,7 @@ import (
 
 	"github.com/coreos/go-systemd/v22/journal"
 	"github.com/podunit/podunit/logrelay"
+	"github.com/podunit/podunit/mountns"
 	"github.com/podunit/podunit/statefile"
 	"github.com/podunit/podunit/stdio"
 	"golang.org/x/sys/unix"
@@ -102,6 +103,10 @@ type Options struct {
 	// (package logrelay), which the recorder waits for in the same way.
 	RelaySocket string
 	RelayID     string
+	// MountNS is the pin of podunit's mount namespace, where Argv runs
+	// (the runtime's view of its containers is there); the recorder itself
+	// runs where systemd started it.
+	MountNS string
 	// Argv, when set, runs after the record is written: the runtime's
 	// `delete --force`, so no stopped container state lingers in its root.
 	Argv []string
@@ -117,6 +122,7 @@ func ParseArgs(args []string) (Options, error) {
 	fs.StringVar(&o.RelayPIDFile, "relay-pid-file", "", "wait for this log relay to exit")
 	fs.StringVar(&o.RelaySocket, "relay-socket", "", "the node's log relay")
 	fs.StringVar(&o.RelayID, "relay-id", "", "the container's id at the log relay")
+	fs.StringVar(&o.MountNS, "mount-ns", "", "run COMMAND in the mount namespace pinned here")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -230,7 +236,12 @@ func Main(args []string) int {
 	if len(o.Argv) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		out, err := exec.CommandContext(ctx, o.Argv[0], o.Argv[1:]...).CombinedOutput()
+		var out []byte
+		err := mountns.OnThread(o.MountNS, func() error {
+			var err error
+			out, err = exec.CommandContext(ctx, o.Argv[0], o.Argv[1:]...).CombinedOutput()
+			return err
+		})
 		if err != nil {
 			// podunit deletes again on remove; the record is what matters.
 			warn("%s: %v: %s", strings.Join(o.Argv, " "), err, strings.TrimSpace(string(out)))

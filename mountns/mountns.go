@@ -305,50 +305,26 @@ func create(pin string) (uint64, error) {
 // shared mount is a peer of it, so mounts made below dst (or below a bind
 // of it in a container, as a bidirectional CRI mount is) propagate to the
 // host and back; in the private namespace src is only a slave copy, whose
-// binds never propagate back. A throw-away thread leaves the process's
-// namespace for the host's to clone the tree (setns of a mount namespace
-// needs a thread with a filesystem context of its own) and dies after.
+// binds never propagate back. The tree is cloned on a thread that entered
+// the host's namespace (OnThread) and is attached from this one.
 func BindFromHost(src, dst string) error {
-	type result struct {
-		fd  int
-		err error
+	fd := -1
+	err := OnThread(hostNS, func() error {
+		var err error
+		fd, err = unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+		if err != nil {
+			return fmt.Errorf("host mount %s: clone: %w", src, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	ch := make(chan result, 1)
-	go func() {
-		// Never unlocked: the thread is in the host's namespace now and
-		// must exit with this goroutine instead of running others.
-		runtime.LockOSThread()
-		fd, err := openTreeInHost(src)
-		ch <- result{fd, err}
-	}()
-	r := <-ch
-	if r.err != nil {
-		return r.err
-	}
-	defer unix.Close(r.fd)
-	if err := unix.MoveMount(r.fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+	defer unix.Close(fd)
+	if err := unix.MoveMount(fd, "", unix.AT_FDCWD, dst, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
 		return fmt.Errorf("attach host mount %s at %s: %w", src, dst, err)
 	}
 	return nil
-}
-
-func openTreeInHost(src string) (int, error) {
-	if err := unix.Unshare(unix.CLONE_FS); err != nil {
-		return -1, fmt.Errorf("host mount %s: unshare filesystem context: %w", src, err)
-	}
-	host, err := unix.Open(hostNS, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("host mount %s: %w", src, err)
-	}
-	defer unix.Close(host)
-	if err := unix.Setns(host, unix.CLONE_NEWNS); err != nil {
-		return -1, fmt.Errorf("host mount %s: enter the host's mount namespace: %w", src, err)
-	}
-	fd, err := unix.OpenTree(unix.AT_FDCWD, src, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
-	if err != nil {
-		return -1, fmt.Errorf("host mount %s: clone: %w", src, err)
-	}
-	return fd, nil
 }
 
 // IsMountPoint: p is the root of a mount (statx's STATX_ATTR_MOUNT_ROOT,

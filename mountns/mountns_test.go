@@ -178,3 +178,55 @@ func TestCreatePinsASlaveNamespace(t *testing.T) {
 		t.Error("a mount made inside the namespace shows outside")
 	}
 }
+
+// A process started on OnThread's thread runs in the pinned namespace (it
+// sees a mount made only there), while the rest of the process, the main
+// thread and /proc/self with it, stays in its own.
+func TestOnThreadStartsProcessesInTheNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mounts, setns")
+	}
+	base := t.TempDir()
+	if err := unix.Mount(base, base, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(base, unix.MNT_DETACH) })
+	if err := unix.Mount("", base, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	pin := filepath.Join(base, "mntns", "mnt")
+	ino, err := create(pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = unix.Unmount(pin, unix.MNT_DETACH)
+		_ = unix.Unmount(filepath.Dir(pin), unix.MNT_DETACH)
+	})
+	inside := filepath.Join(base, "inside")
+	if err := os.Mkdir(inside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(Nsenter, "--mount="+pin, "--", "mount", "-t", "tmpfs", "onthread-test", inside).CombinedOutput(); err != nil {
+		t.Fatalf("mount inside: %v %s", err, out)
+	}
+	self, _ := nsInode("/proc/self/ns/mnt")
+	var out []byte
+	err = OnThread(pin, func() error {
+		var err error
+		out, err = exec.Command("sh", "-c", "readlink /proc/self/ns/mnt; grep -c ' "+inside+" ' /proc/self/mountinfo").Output()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "mnt:[" + strconv.FormatUint(ino, 10) + "]\n1\n"; string(out) != want {
+		t.Errorf("child started on the thread: %q, want %q", out, want)
+	}
+	if now, _ := nsInode("/proc/self/ns/mnt"); now != self || IsMountPoint(inside) {
+		t.Errorf("the process left its namespace: %d (was %d), inside mounted here: %v", now, self, IsMountPoint(inside))
+	}
+	if err := OnThread(filepath.Join(base, "missing"), func() error { return nil }); err == nil {
+		t.Error("OnThread into a missing pin succeeded")
+	}
+}

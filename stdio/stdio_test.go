@@ -223,7 +223,7 @@ func TestSuperviseWaitsForInitToBeOurChild(t *testing.T) {
 	script := `sh -c 'sleep 30 & echo $! > ` + pidFile + `; sleep 0.3' & exit 0`
 	start := time.Now()
 	done := make(chan int, 1)
-	go func() { done <- Supervise("/bin/sh", []string{"sh", "-c", script}, pidFile, 10*time.Second) }()
+	go func() { done <- Supervise("", "/bin/sh", []string{"sh", "-c", script}, pidFile, 10*time.Second) }()
 	var rc int
 	select {
 	case rc = <-done:
@@ -248,7 +248,7 @@ func TestSuperviseWaitsForInitToBeOurChild(t *testing.T) {
 }
 
 func TestSuperviseRuntimeFailure(t *testing.T) {
-	if rc := Supervise("/bin/sh", []string{"sh", "-c", "exit 3"}, filepath.Join(t.TempDir(), "pid"), time.Second); rc != 3 {
+	if rc := Supervise("", "/bin/sh", []string{"sh", "-c", "exit 3"}, filepath.Join(t.TempDir(), "pid"), time.Second); rc != 3 {
 		t.Errorf("rc %d, want the runtime's 3", rc)
 	}
 }

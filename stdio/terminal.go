@@ -45,7 +45,7 @@ func superviseTerminal(o Options, path string, warn io.Writer) int {
 		}
 		got <- f
 	}()
-	code := runRuntime(path, o.Argv)
+	code := runRuntime(o.MountNS, path, o.Argv)
 	lis.Close()
 	_ = os.Remove(o.ConsoleSocket)
 	if code != 0 {

@@ -8,7 +8,7 @@ package main
 import (
 	"os"
 
-	"github.com/podunit/podunit/logrelay"
+	"github.com/podunit/podunit/logrelay/relayd"
 )
 
-func main() { os.Exit(logrelay.Main(os.Args[1:])) }
+func main() { os.Exit(relayd.Main(os.Args[1:])) }

@@ -195,12 +195,12 @@ func TestDebInstallsAndServes(t *testing.T) {
 		unit := "podunit-ctr-" + ctr + ".service"
 		// the unit's helpers are the package's small binary, not the full
 		// podunit: what runs in the unit is charged to the container. With
-		// the private mount namespace (the package's default) nsenter execs
-		// it, so it follows nsenter's "--".
+		// the private mount namespace (the package's default) it is told the
+		// namespace's pin and runs the runtime in it, no nsenter before it.
 		for _, p := range []string{"ExecStart", "ExecStopPost"} {
 			es := h.MustExec("systemctl", "show", "-p", p, unit)
-			if !strings.Contains(es, "path=/usr/bin/nsenter ") || !strings.Contains(es, " -- /usr/bin/podunit-unithelper _") {
-				t.Errorf("%s %s = %q, want /usr/bin/podunit-unithelper entered by nsenter", unit, p, es)
+			if !strings.Contains(es, "path=/usr/bin/podunit-unithelper ") || !strings.Contains(es, " --mount-ns /run/podunit/mntns/mnt ") {
+				t.Errorf("%s %s = %q, want /usr/bin/podunit-unithelper with --mount-ns /run/podunit/mntns/mnt", unit, p, es)
 			}
 		}
 		before := unitProps(t, h, unit)

@@ -1,4 +1,9 @@
-package logrelay
+// Package relayd is the log relay daemon's process: flags, socket
+// activation, sd_notify. It is apart from package logrelay so the unit
+// helper, which only registers with the relay, does not link go-systemd's
+// activation (crypto/tls and its package inits, ~0.9 ms of each helper
+// start: GODEBUG=inittrace=1, 2026-12-05).
+package relayd
 
 import (
 	"context"
@@ -15,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/podunit/podunit/fdstore"
+	"github.com/podunit/podunit/logrelay"
 )
 
 // Main is `podunit-logrelay` (or `podunit _logrelay`) `--socket PATH
@@ -31,9 +37,9 @@ func Main(args []string) int {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	// Our own stdout is a journald stream; never die of SIGPIPE on it.
 	signal.Ignore(unix.SIGPIPE)
-	s := New(Options{Socket: *socket, StateDir: *stateDir, Store: fdstore.Notify{}, Logger: log})
+	s := logrelay.New(logrelay.Options{Socket: *socket, StateDir: *stateDir, Store: fdstore.Notify{}, Logger: log})
 	s.Restore(activation.Files(true))
-	l, err := Listen(*socket)
+	l, err := logrelay.Listen(*socket)
 	if err != nil {
 		log.Error("cannot listen", "socket", *socket, "err", err)
 		return 1
