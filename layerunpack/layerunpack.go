@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	_ "unsafe" // go:linkname, see overlayUntar
@@ -22,6 +21,8 @@ import (
 	"go.podman.io/storage/pkg/idtools"
 	"go.podman.io/storage/pkg/unshare"
 	"golang.org/x/sys/unix"
+
+	"github.com/podunit/podunit/isothread"
 )
 
 // overlayUntar is the overlay driver's package variable through which it
@@ -86,35 +87,13 @@ func Untar(r io.Reader, dest string, opts *archive.TarOptions) error {
 // its file system work on the calling goroutine: a goroutine it starts
 // runs elsewhere, outside the chroot.
 func inRoot(root string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: a goroutine that exits locked takes its thread
-		// with it, so no other goroutine ever runs under this root. The
-		// runtime starts new threads from a template thread, not from a
-		// locked one, so none inherits it either.
-		runtime.LockOSThread()
-		if unix.Gettid() == unix.Getpid() {
-			// The main thread: others read the process's root from it
-			// (/proc/PID/root), and the runtime never retires it. While
-			// this goroutine holds it, a new one runs on another thread.
-			errc <- inRoot(root, fn)
-			runtime.UnlockOSThread()
-			return
+	return isothread.Run(func() error {
+		if err := unix.Chroot(root); err != nil {
+			return fmt.Errorf("chroot %s: %w", root, err)
 		}
-		errc <- func() error {
-			// CLONE_FS gives this thread its own root, cwd and umask
-			// instead of the ones all the process's threads share.
-			if err := unix.Unshare(unix.CLONE_FS); err != nil {
-				return fmt.Errorf("unshare(CLONE_FS): %w", err)
-			}
-			if err := unix.Chroot(root); err != nil {
-				return fmt.Errorf("chroot %s: %w", root, err)
-			}
-			if err := unix.Chdir("/"); err != nil {
-				return fmt.Errorf("chdir / in %s: %w", root, err)
-			}
-			return fn()
-		}()
-	}()
-	return <-errc
+		if err := unix.Chdir("/"); err != nil {
+			return fmt.Errorf("chdir / in %s: %w", root, err)
+		}
+		return fn()
+	})
 }

@@ -132,25 +132,7 @@ func TestCreatePinsASlaveNamespace(t *testing.T) {
 	if _, err := os.Stat(Nsenter); err != nil {
 		t.Skip("no nsenter")
 	}
-	// base is a shared mount, as systemd makes every host mount: only
-	// then do mounts propagate (to the new namespace's slave copy).
-	base := t.TempDir()
-	if err := unix.Mount(base, base, "", unix.MS_BIND, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(base, unix.MNT_DETACH) })
-	if err := unix.Mount("", base, "", unix.MS_SHARED, ""); err != nil {
-		t.Fatal(err)
-	}
-	pin := filepath.Join(base, "mntns", "mnt")
-	ino, err := create(pin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = unix.Unmount(pin, unix.MNT_DETACH)
-		_ = unix.Unmount(filepath.Dir(pin), unix.MNT_DETACH)
-	})
+	base, pin, ino := pinnedTestNS(t)
 	self, _ := nsInode("/proc/self/ns/mnt")
 	if ino == 0 || ino == self {
 		t.Fatalf("create pinned namespace %d (own: %d)", ino, self)
@@ -186,23 +168,7 @@ func TestOnThreadStartsProcessesInTheNamespace(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: mounts, setns")
 	}
-	base := t.TempDir()
-	if err := unix.Mount(base, base, "", unix.MS_BIND, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(base, unix.MNT_DETACH) })
-	if err := unix.Mount("", base, "", unix.MS_SHARED, ""); err != nil {
-		t.Fatal(err)
-	}
-	pin := filepath.Join(base, "mntns", "mnt")
-	ino, err := create(pin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = unix.Unmount(pin, unix.MNT_DETACH)
-		_ = unix.Unmount(filepath.Dir(pin), unix.MNT_DETACH)
-	})
+	base, pin, ino := pinnedTestNS(t)
 	inside := filepath.Join(base, "inside")
 	if err := os.Mkdir(inside, 0o755); err != nil {
 		t.Fatal(err)
@@ -212,7 +178,7 @@ func TestOnThreadStartsProcessesInTheNamespace(t *testing.T) {
 	}
 	self, _ := nsInode("/proc/self/ns/mnt")
 	var out []byte
-	err = OnThread(pin, func() error {
+	err := OnThread(pin, func() error {
 		var err error
 		out, err = exec.Command("sh", "-c", "readlink /proc/self/ns/mnt; grep -c ' "+inside+" ' /proc/self/mountinfo").Output()
 		return err
@@ -229,4 +195,29 @@ func TestOnThreadStartsProcessesInTheNamespace(t *testing.T) {
 	if err := OnThread(filepath.Join(base, "missing"), func() error { return nil }); err == nil {
 		t.Error("OnThread into a missing pin succeeded")
 	}
+}
+
+// pinnedTestNS creates a namespace with create, pinned below base, a
+// temporary directory made a shared mount, as systemd makes every host
+// mount: only then do mounts propagate (to the new namespace's slave copy).
+func pinnedTestNS(t *testing.T) (base, pin string, ino uint64) {
+	t.Helper()
+	base = t.TempDir()
+	if err := unix.Mount(base, base, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(base, unix.MNT_DETACH) })
+	if err := unix.Mount("", base, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	pin = filepath.Join(base, "mntns", "mnt")
+	ino, err := create(pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = unix.Unmount(pin, unix.MNT_DETACH)
+		_ = unix.Unmount(filepath.Dir(pin), unix.MNT_DETACH)
+	})
+	return base, pin, ino
 }
