@@ -13,7 +13,6 @@ import (
 	"github.com/podunit/podunit/errdefs"
 	"github.com/podunit/podunit/exitrec"
 	"github.com/podunit/podunit/logs"
-	"github.com/podunit/podunit/mountns"
 	"github.com/podunit/podunit/oci"
 	"github.com/podunit/podunit/systemd"
 	"github.com/podunit/podunit/unitprops"
@@ -27,18 +26,21 @@ const safetyStopTimeout = 10 * time.Minute
 
 // service describes r's unit; the pure builder turns it into properties.
 //
-// The runtime runs in two steps. ExecStart creates the container: its
-// init exists and waits, and its PID is in the PID file when the wrapper
-// exits, so systemd always adopts a live main PID that is its own child.
-// ExecStartPost then starts it. With a private mount namespace the
-// runtime runs in it, so it finds the root filesystem and the pins podunit
-// mounted there: the wrapper and the recorder start it on a thread that
-// entered the namespace (--mount-ns, mountns.OnThread), and the start
-// step enters it with nsenter only when poststart hooks might need it
-// (record.StartInHostNS). With `run --detach` in one step a
-// container that exits at once left a zombie behind the PID file, which
-// systemd refuses ("New main PID does not exist or is a zombie", result
-// 'protocol') and whose exit code it never reports.
+// The runtime runs in two steps, both in the unit's ExecStart wrapper
+// (package stdio): the create, after which the container's init exists and
+// waits; then the wrapper names that init the unit's main process
+// (MAINPID= with a barrier; the unit is Type=forking without a PID file),
+// and only then runs the start. So systemd always adopts a live main PID
+// that is its own child before the container can exit, and reports its
+// exit status. With `run --detach` in one step a container that exits at
+// once left a zombie behind the PID file, which systemd refuses ("New main
+// PID does not exist or is a zombie", result 'protocol'); the start as an
+// ExecStartPost of its own cost one more fork, child setup and cgroup
+// attach in systemd per start. With a private mount namespace the runtime
+// runs in it, so it finds the root filesystem and the pins podunit
+// mounted there, and poststart hooks see what the container sees: the
+// wrapper and the recorder run it on a thread that entered the namespace
+// (--mount-ns, mountns.OnThread).
 func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 	name := r.Metadata.GetName()
 	helper := m.opts.UnitHelper
@@ -70,18 +72,15 @@ func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 			execStart = append(execStart, "--no-journal")
 		}
 	}
-	execStart = append(execStart, "--")
-	startPost := rt.StartArgv(r.ID, m.runtimeLog(r.ID))
-	if !r.StartInHostNS {
-		startPost = mountns.Wrap(m.opts.MountNS, startPost)
-	}
 	if r.Restore {
 		// One step: the restored init runs as soon as CRIU is done, and
 		// the runtime exits with its PID in the PID file, like create.
-		execStart = append(execStart, rt.RestoreArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID), m.restoreCheckpoint(r.ID))...)
-		startPost = nil
+		execStart = append(append(execStart, "--"), rt.RestoreArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID), m.restoreCheckpoint(r.ID))...)
 	} else {
-		execStart = append(execStart, rt.CreateArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID), consoleSocket)...)
+		for _, a := range rt.StartArgv(r.ID, m.runtimeLog(r.ID)) {
+			execStart = append(execStart, "--start-arg="+a)
+		}
+		execStart = append(append(execStart, "--"), rt.CreateArgv(r.ID, m.bundleDir(r.ID), m.pidFile(r.ID), m.runtimeLog(r.ID), consoleSocket)...)
 	}
 	stopPost := append([]string{helper, "_exitrec", "--cgroup", systemd.UnitCgroupPath(r.Slice, r.Unit),
 		"--cgroup-root", m.opts.CgroupRoot, "--relay-pid-file", m.pidFile(r.ID) + ".relay"}, inNS...)
@@ -93,9 +92,7 @@ func (m *Manager) service(r *record, rt oci.Runtime) unitprops.Service {
 		Unit:             r.Unit,
 		Slice:            r.Slice,
 		Description:      fmt.Sprintf("%s/%s/%s", r.PodNamespace, r.PodName, name),
-		PIDFile:          m.pidFile(r.ID),
 		ExecStart:        unitprops.Exec{Argv: execStart},
-		ExecStartPost:    unitprops.Exec{Argv: startPost},
 		ExecStopPost:     unitprops.Exec{Argv: stopPost, IgnoreFailure: true},
 		KillSignal:       r.StopSignal,
 		StopTimeout:      safetyStopTimeout,
@@ -211,7 +208,7 @@ func (m *Manager) Start(ctx context.Context, id string) error {
 	if rec, err := exitrec.Read(m.stateDir(id)); !limitsFailed && msg == "" && err == nil && rec.ExitCode != "" {
 		// The runtime reported nothing and systemd saw the init exit: the
 		// container ran and was done before the start job completed (a
-		// main process that fails during ExecStartPost fails the job).
+		// main process that fails before the wrapper exits fails the job).
 		// That is a started container that exited, not a start error.
 		r = r.clone()
 		r.State, r.FinishedAt, r.ExitCode = StateExited, rec.FinishedAt, rec.Status()

@@ -418,7 +418,6 @@ func (m *Manager) Create(ctx context.Context, podID string, cfg *runtimeapi.Cont
 		ImageID: img.ID, ImageRef: imageRef(img), ImageName: imageName(cfg.GetImage().GetImage(), img), RepoDigests: img.RepoDigests,
 		StopSignal: sig, User: user, LogPath: lp, Resources: cfg.GetLinux().GetResources(),
 		State: StateCreated, CreatedAt: time.Now().UnixNano(), Restore: restore != "",
-		StartInHostNS: spec.Hooks == nil || len(spec.Hooks.Poststart) == 0,
 	}
 	if err := m.save(r); err != nil {
 		return "", fmt.Errorf("create container: %w", err)

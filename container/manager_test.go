@@ -59,7 +59,7 @@ func TestLifecycle(t *testing.T) {
 	for k, want := range map[string]any{
 		"Slice": "kubepods-besteffort-pod1.slice", "Type": "forking", "Delegate": true,
 		"Description": "default/web-pod1/app", "MemoryMax": uint64(64 << 20), "CPUShares": uint64(512),
-		"KillSignal": int32(3), "PIDFile": filepath.Join(e.opts.RunDir, id, "pid"), "CollectMode": "inactive-or-failed",
+		"KillSignal": int32(3), "NotifyAccess": "exec", "GuessMainPID": false, "CollectMode": "inactive-or-failed",
 	} {
 		if u.Props[k] != want {
 			t.Errorf("unit %s = %v (%T), want %v", k, u.Props[k], u.Props[k], want)
@@ -276,7 +276,7 @@ func TestStartFailureReportsRuntimeMessage(t *testing.T) {
 	e.assertClean()
 }
 
-// The init exited (status 3) while ExecStartPost ran: systemd fails the
+// The init exited (status 3) before the wrapper that started it: systemd fails the
 // start job, but the container did start.
 func TestStartJobFailedButContainerRan(t *testing.T) {
 	e := newEnv(t)

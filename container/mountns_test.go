@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -17,16 +18,15 @@ const testPin = "/run/podunit/mntns/mnt"
 
 // With a private mount namespace the runtime runs in it: the wrapper and
 // the recorder are told the namespace (they enter it on one thread for the
-// runtime, no nsenter exec), the runtime's start step enters it with
-// nsenter only when a poststart hook could need it (or the record predates
-// the choice); without a namespace the commands are as they were.
+// runtime's create, start and delete, no nsenter exec); the start step is
+// the wrapper's, whatever hooks the spec has; without a namespace the
+// commands are as they were.
 func TestUnitCommandsEnterTheMountNamespace(t *testing.T) {
 	type tc struct {
 		pin       string
 		poststart bool // a plugin adds a poststart hook
-		oldRecord bool // written before StartInHostNS existed
 	}
-	for _, tc := range []tc{{pin: ""}, {pin: testPin}, {pin: testPin, poststart: true}, {pin: testPin, oldRecord: true}, {pin: "", poststart: true}} {
+	for _, tc := range []tc{{pin: ""}, {pin: testPin}, {pin: testPin, poststart: true}, {pin: "", poststart: true}} {
 		e, p := newPluginEnv(t)
 		if tc.poststart {
 			p.createFn = func(c *Info, s *specs.Spec) (*runtimeapi.LinuxContainerResources, error) {
@@ -44,14 +44,7 @@ func TestUnitCommandsEnterTheMountNamespace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tc.oldRecord {
-			c.rec.StartInHostNS = false
-		}
 		svc := e.m.service(c.rec, e.rt)
-		startEnters := tc.pin != "" && (tc.poststart || tc.oldRecord)
-		if entered := len(svc.ExecStartPost.Argv) > 3 && slices.Equal(svc.ExecStartPost.Argv[:3], []string{mountns.Nsenter, "--mount=" + testPin, "--"}); entered != startEnters {
-			t.Errorf("%+v: ExecStartPost is %q", tc, svc.ExecStartPost.Argv)
-		}
 		for what, argv := range map[string][]string{"ExecStart": svc.ExecStart.Argv, "ExecStopPost": svc.ExecStopPost.Argv} {
 			if argv[0] != "/usr/bin/podunit" || slices.Contains(argv, mountns.Nsenter) {
 				t.Errorf("%+v: %s is %q, want the helper itself", tc, what, argv)
@@ -65,8 +58,15 @@ func TestUnitCommandsEnterTheMountNamespace(t *testing.T) {
 				t.Errorf("%+v: %s is %q", tc, what, argv)
 			}
 		}
-		if len(svc.ExecStartPost.Argv) == 0 {
-			t.Errorf("%+v: no ExecStartPost", tc)
+		var start []string
+		argv := svc.ExecStart.Argv
+		for _, a := range argv[:slices.Index(argv, "--")] {
+			if v, ok := strings.CutPrefix(a, "--start-arg="); ok {
+				start = append(start, v)
+			}
+		}
+		if want := e.rt.StartArgv(id, e.m.runtimeLog(id)); !slices.Equal(start, want) {
+			t.Errorf("%+v: the wrapper's start step is %q, want %q", tc, start, want)
 		}
 	}
 }

@@ -64,14 +64,6 @@ type record struct {
 	// Restore: created from a checkpoint archive (extracted in
 	// restoreDir): the unit restores it instead of creating and starting.
 	Restore bool `json:"restore,omitempty"`
-	// StartInHostNS: the runtime's start step needs nothing of podunit's
-	// mount namespace, so ExecStartPost runs it without nsenter. `runc
-	// start` and `crun start` read their state directory (in /run, the
-	// same in every namespace) and open the init's exec FIFO there; only
-	// poststart hooks, which the spec may have from NRI or CDI, could look
-	// for the bundle's mounts. False in records written before it existed:
-	// those keep nsenter.
-	StartInHostNS bool `json:"start_in_host_ns,omitempty"`
 
 	State      State  `json:"state"`
 	CreatedAt  int64  `json:"created_at"`

@@ -1,14 +1,19 @@
-// Package fdstore parks descriptors in systemd's file descriptor store of
-// the service the process runs in (sd_notify FDSTORE=1, needs
-// FileDescriptorStoreMax= on the unit). systemd hands them back after a
-// restart in LISTEN_FDS/LISTEN_FDNAMES. go-systemd's SdNotify cannot pass
-// descriptors, hence this small sender.
+// Package fdstore speaks sd_notify where descriptors travel with the
+// message: it parks descriptors in systemd's file descriptor store of the
+// service the process runs in (FDSTORE=1, needs FileDescriptorStoreMax=
+// on the unit; systemd hands them back after a restart in
+// LISTEN_FDS/LISTEN_FDNAMES), and it names a service's main process
+// (MAINPID=) with a barrier (BARRIER=1 and a pipe) that returns only once
+// systemd has processed it. go-systemd's SdNotify cannot pass descriptors,
+// hence this small sender.
 package fdstore
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -71,6 +76,56 @@ func ValidName(name string) bool {
 		}
 	}
 	return true
+}
+
+// MainPID makes pid the main process of the calling service (MAINPID=;
+// accepted from the main or, with NotifyAccess=exec, a control process)
+// and returns once systemd has processed the message, at most timeout:
+// when it returns nil, an exit of pid is the main process's exit.
+func (s Notify) MainPID(pid int, timeout time.Duration) error {
+	if pid <= 1 {
+		return fmt.Errorf("main pid %d: %w", pid, errdefs.ErrInvalid)
+	}
+	if err := s.send(fmt.Sprintf("MAINPID=%d", pid), nil); err != nil {
+		return err
+	}
+	return s.barrier(timeout)
+}
+
+// barrier is sd_notify_barrier: systemd processes notifications in order
+// and closes the pipe's write end sent with BARRIER=1 when it gets there,
+// so the read end's hang-up says every earlier message was processed.
+// (A systemd older than 246 closes it unread, at once.)
+func (s Notify) barrier(timeout time.Duration) error {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return fmt.Errorf("sd_notify barrier: %w", err)
+	}
+	defer unix.Close(p[0])
+	err := s.send("BARRIER=1", []int{p[1]})
+	unix.Close(p[1])
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("sd_notify barrier: systemd did not answer within %s: %w", timeout, errdefs.ErrUnavailable)
+		}
+		// POLLHUP is reported whatever the requested events.
+		fds := []unix.PollFd{{Fd: int32(p[0])}}
+		n, err := unix.Poll(fds, int(left/time.Millisecond)+1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("sd_notify barrier: %w", err)
+		}
+		if n > 0 && fds[0].Revents&unix.POLLHUP != 0 {
+			return nil
+		}
+	}
 }
 
 func (s Notify) send(state string, fds []int) error {

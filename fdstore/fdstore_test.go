@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -80,5 +82,75 @@ func TestStoreAndRemoveMessages(t *testing.T) {
 	}
 	if err := (Notify{}).Remove("x"); os.Getenv("NOTIFY_SOCKET") == "" && !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("without NOTIFY_SOCKET: %v, want ErrUnavailable", err)
+	}
+}
+
+// MainPID returns only once "systemd" closed the barrier's pipe: until
+// then an exit of the new main PID could be seen before the message.
+func TestMainPIDWaitsForTheBarrier(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "notify")
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
+		t.Fatal(err)
+	}
+	processed := make(chan string, 2)
+	var closedAt atomic.Int64 // unix nanoseconds
+	go func() {
+		buf, oob := make([]byte, 256), make([]byte, 64)
+		for i := 0; i < 2; i++ {
+			n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, 0)
+			if err != nil {
+				processed <- "recv: " + err.Error()
+				return
+			}
+			msg := string(buf[:n])
+			if oobn > 0 {
+				msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+				fds, _ := unix.ParseUnixRights(&msgs[0])
+				time.Sleep(50 * time.Millisecond)
+				closedAt.Store(time.Now().UnixNano())
+				for _, f := range fds {
+					unix.Close(f)
+				}
+				msg += " +fd"
+			}
+			processed <- msg
+		}
+	}()
+	if err := (Notify{Socket: sock}).MainPID(1234, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if c := closedAt.Load(); c == 0 || time.Now().UnixNano() < c {
+		t.Fatal("MainPID returned before the barrier's pipe was closed")
+	}
+	if got := <-processed; got != "MAINPID=1234" {
+		t.Errorf("first message %q", got)
+	}
+	if got := <-processed; got != "BARRIER=1 +fd" {
+		t.Errorf("second message %q", got)
+	}
+}
+
+// A systemd that never gets to the barrier: MainPID gives up.
+func TestMainPIDBarrierTimeout(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "notify")
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
+		t.Fatal(err)
+	}
+	err = (Notify{Socket: sock}).MainPID(1234, 100*time.Millisecond)
+	if !errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("got %v, want a timeout", err)
+	}
+	if err := (Notify{Socket: sock}).MainPID(1, time.Second); !errors.Is(err, errdefs.ErrInvalid) {
+		t.Fatalf("pid 1: got %v", err)
 	}
 }

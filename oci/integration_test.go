@@ -127,7 +127,7 @@ func (r *rig) cleanup() {
 }
 
 // start generates a spec for cfg, writes the bundle and runs the unit's
-// ExecStart and ExecStartPost argv directly.
+// create and start argv directly.
 func (r *rig) start(id string, cfg *runtimeapi.ContainerConfig, mutate func(*SpecInput)) *specs.Spec {
 	r.t.Helper()
 	bundle := filepath.Join(r.dir, "bundles", id)
@@ -198,7 +198,7 @@ func (r *rig) start(id string, cfg *runtimeapi.ContainerConfig, mutate func(*Spe
 		r.t.Fatal(err)
 	}
 	defer logf.Close()
-	// As the unit runs them: ExecStart creates, ExecStartPost starts.
+	// As the unit's wrapper runs them: create, then start.
 	runtimeLog := filepath.Join(bundle, "runtime.log")
 	for _, argv := range [][]string{
 		r.rt.CreateArgv(id, bundle, filepath.Join(bundle, "pid"), runtimeLog, ""),

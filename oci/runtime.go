@@ -10,9 +10,9 @@ import (
 )
 
 // Runtime is an OCI runtime CLI (runc, crun) and the one place its command
-// lines are built. A container's init is not started through it: its
-// systemd unit runs CreateArgv as ExecStart and StartArgv as
-// ExecStartPost, so the container's init becomes the unit's main process.
+// lines are built. A container's init is not started through it: the
+// ExecStart wrapper of its systemd unit runs CreateArgv, names the init
+// the unit's main process, then runs StartArgv.
 type Runtime interface {
 	// Name is the handler name ("runc", "crun").
 	Name() string

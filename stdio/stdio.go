@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/podunit/podunit/fdstore"
 	"github.com/podunit/podunit/mountns"
 	"github.com/podunit/podunit/procstat"
 )
@@ -62,6 +63,9 @@ type Options struct {
 	// PIDFile is the runtime's --pid-file. When set, the wrapper runs the
 	// runtime as a child instead of exec'ing it (see Supervise).
 	PIDFile string
+	// StartArgv is the runtime's start step (`runc start ID`), run once
+	// systemd knows the created init as the unit's main process.
+	StartArgv []string
 	// RelaySocket is the node's log relay (package logrelay); RelayID the
 	// container's name there. Without them, or when the relay does not
 	// answer, per-container relay processes in the unit take its place.
@@ -88,7 +92,11 @@ func ParseArgs(args []string) (Options, error) {
 	fs.StringVar(&o.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "cgroup mount point")
 	fs.StringVar(&o.MountNS, "mount-ns", "", "run the runtime in the mount namespace pinned here")
 	fs.StringVar(&o.ConsoleSocket, "console-socket", "", "tty container: receive the terminal's master here")
-	fs.StringVar(&o.PIDFile, "pid-file", "", "the runtime's pid file: wait until the container's init is our child")
+	fs.StringVar(&o.PIDFile, "pid-file", "", "the runtime's pid file: name the container's init the unit's main process")
+	fs.Func("start-arg", "one argument of the runtime's start step (repeated), run once systemd knows the init", func(a string) error {
+		o.StartArgv = append(o.StartArgv, a)
+		return nil
+	})
 	fs.StringVar(&o.RelaySocket, "relay-socket", "", "the node's log relay")
 	fs.StringVar(&o.RelayID, "relay-id", "", "the container's id at the log relay")
 	fs.StringVar(&o.LogPath, "log-path", "", "the CRI log file the relay writes")
@@ -105,6 +113,9 @@ func ParseArgs(args []string) (Options, error) {
 	}
 	if o.ConsoleSocket != "" && (o.StdinFIFO != "" || o.PIDFile == "") {
 		return o, errors.New("--console-socket needs --pid-file and excludes --stdin-fifo: the terminal is the container's stdin")
+	}
+	if len(o.StartArgv) > 0 && o.PIDFile == "" {
+		return o, errors.New("--start-arg needs --pid-file: the start step follows the create")
 	}
 	if (o.RelaySocket == "") != (o.RelayID == "") {
 		return o, errors.New("--relay-socket and --relay-id go together")
@@ -225,40 +236,74 @@ func EnterLeaf(root, leaf string) error {
 	return os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte("0"), 0o644)
 }
 
-// Supervise runs the runtime as a child and returns once it has exited and
-// the container's init (named in pidFile) is a child of this process.
-//
-// systemd can only collect the exit status of a main PID that is its own
-// child. runc's init is runc's child, so when runc exits the init is
-// re-parented to systemd before systemd reads the PID file. crun leaves an
-// intermediate process as the init's parent for a moment after it exits:
-// systemd then adopts a main PID that is "not our child", misses its exit
-// and runs ExecStopPost without EXIT_CODE. As a child subreaper, this
-// wrapper inherits the init whatever the runtime's process tree, waits for
-// the intermediates to go, and exits: the init (and any intermediate
-// zombie) is re-parented to systemd with the PID file already written.
-func Supervise(mountNS, path string, argv []string, pidFile string, timeout time.Duration) int {
+// Supervise runs the runtime's create (or restore) as a child, makes the
+// container's init the unit's main process, and then runs the runtime's
+// start step, if any (see adopt).
+func Supervise(mountNS, path string, argv []string, pidFile string, start []string, timeout time.Duration) int {
 	if code := runRuntime(mountNS, path, argv); code != 0 {
 		return code
 	}
-	awaitInit(pidFile, timeout)
-	return 0
+	return adopt(mountNS, pidFile, start, os.Getppid(), fdstore.Notify{}, timeout)
 }
 
-// runRuntime runs the runtime as a child of this process, a child
-// subreaper, in the mount namespace pinned at mountNS ("" for this
-// process's), and returns its exit code (128 + the signal that killed it).
-// It forks with syscall, not os/exec: os/exec's first start in a process
-// probes clone(CLONE_PIDFD) with a throw-away child, ~1.4 ms of every
-// container start on the bench machine (perf sched trace, 2026-12-05).
-func runRuntime(mountNS, path string, argv []string) int {
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		fmt.Fprintln(os.Stderr, "podunit _stdio: subreaper:", err)
+// adopt hands the created init to systemd and then starts it.
+//
+// The unit is Type=forking without a PID file: this wrapper is its
+// ExecStart control process, and systemd learns the main PID from it
+// (MAINPID=, NotifyAccess=exec) before the container runs. systemd can
+// only collect the exit status of a main PID that is its own child, so
+// the message waits until the init is: runc's init is runc's child and is
+// re-parented to systemd when runc exits; crun leaves an intermediate
+// process as its parent for a moment longer. The barrier makes sure
+// systemd has processed the message before the start step lets the
+// container run, so an init that exits at once is still the main process
+// whose exit status systemd reports (and ExecStopPost records). The start
+// step runs here, not as an ExecStartPost of its own: that cost a second
+// fork, child setup and cgroup attach in systemd per start.
+//
+// parent is systemd's PID (this process's parent). Without
+// $NOTIFY_SOCKET (a unit made by an older podunit, with PIDFile= and
+// ExecStartPost=) systemd reads the PID file once this process exits.
+func adopt(mountNS, pidFile string, start []string, parent int, notify fdstore.Notify, timeout time.Duration) int {
+	pid := awaitInit(pidFile, parent, timeout)
+	if os.Getenv("NOTIFY_SOCKET") == "" && notify.Socket == "" {
+		if len(start) > 0 {
+			fmt.Fprintln(os.Stderr, "podunit _stdio: no NOTIFY_SOCKET: the unit needs NotifyAccess=exec for the start step")
+			return 1
+		}
+		return 0
 	}
+	if pid > 0 {
+		if err := notify.MainPID(pid, timeout); err != nil {
+			fmt.Fprintf(os.Stderr, "podunit _stdio: main pid %d: %v\n", pid, err)
+			return 1
+		}
+	} else if len(start) > 0 {
+		fmt.Fprintf(os.Stderr, "podunit _stdio: the container's init (%s) is gone before its start\n", pidFile)
+		return 1
+	}
+	if len(start) == 0 {
+		return 0
+	}
+	path, err := exec.LookPath(start[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "podunit _stdio:", err)
+		return 127
+	}
+	return runRuntime(mountNS, path, start)
+}
+
+// runRuntime runs the runtime as a child of this process, in the mount
+// namespace pinned at mountNS ("" for this process's), and returns its
+// exit code (128 + the signal that killed it). It forks with syscall, not
+// os/exec: os/exec's first start in a process probes clone(CLONE_PIDFD)
+// with a throw-away child, ~1.4 ms of every container start on the bench
+// machine (perf sched trace, 2026-12-05).
+func runRuntime(mountNS, path string, argv []string) int {
 	var pid int
 	err := mountns.OnThread(mountNS, func() error {
 		var err error
-		pid, err = syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}})
+		pid, err = syscall.ForkExec(path, argv, &syscall.ProcAttr{Env: runtimeEnv(), Files: []uintptr{0, 1, 2}})
 		return err
 	})
 	if err != nil {
@@ -282,23 +327,47 @@ func runRuntime(mountNS, path string, argv []string) int {
 	return ws.ExitStatus()
 }
 
-// awaitInit returns once the container's init (named in pidFile) is a
-// child of this process or gone, at most timeout: systemd copes as well as
-// it can after that, a started container is never failed here.
-func awaitInit(pidFile string, timeout time.Duration) {
-	self := os.Getpid()
+// runtimeEnv is this process's environment without $NOTIFY_SOCKET: with
+// it runc and crun relay the container's own sd_notify, and their start
+// step would wait for a READY=1 the container never sends.
+func runtimeEnv() []string {
+	env := os.Environ()
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "NOTIFY_SOCKET=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// awaitInit returns the container's init (named in pidFile) once it is a
+// child of parent, 0 once it is gone, after at most timeout (then the PID
+// as it is: a started container is never failed here).
+func awaitInit(pidFile string, parent int, timeout time.Duration) int {
 	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(pidFile); err == nil {
-			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-			if err == nil && pid > 0 {
-				ppid, alive := parentOf(pid)
-				if !alive || ppid == self {
-					return
+	pid := 0
+	for {
+		if pid == 0 {
+			if b, err := os.ReadFile(pidFile); err == nil {
+				if p, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && p > 0 {
+					pid = p
 				}
 			}
 		}
-		time.Sleep(2 * time.Millisecond)
+		if pid > 0 {
+			ppid, alive := parentOf(pid)
+			if !alive {
+				return 0
+			}
+			if ppid == parent {
+				return pid
+			}
+		}
+		if time.Now().After(deadline) {
+			return pid
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -353,7 +422,7 @@ func Main(args []string) int {
 			defer close(handedOff)
 			handOff()
 		}()
-		code := Supervise(o.MountNS, path, o.Argv, o.PIDFile, 30*time.Second)
+		code := Supervise(o.MountNS, path, o.Argv, o.PIDFile, o.StartArgv, 30*time.Second)
 		<-handedOff
 		return code
 	}

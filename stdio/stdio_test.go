@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/podunit/podunit/fdstore"
 )
 
 func TestMain(m *testing.M) {
@@ -23,6 +25,11 @@ func TestMain(m *testing.M) {
 	}
 	if len(os.Args) > 4 && os.Args[1] == "_fakeruntime" {
 		os.Exit(fakeRuntimeCreate(os.Args[2:]))
+	}
+	// The test plays systemd for the wrappers it runs: what they leave
+	// behind is re-parented to it, their parent, as to systemd in a unit.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		panic(err)
 	}
 	os.Exit(m.Run())
 }
@@ -216,40 +223,163 @@ func TestEnterLeaf(t *testing.T) {
 }
 
 // A "runtime" that leaves its long-lived process behind an intermediate
-// that exits later, like crun: the wrapper returns only once that process
-// is its own child (re-parented to the subreaper).
-func TestSuperviseWaitsForInitToBeOurChild(t *testing.T) {
+// that exits later, like crun: the wrapper names it the main process only
+// once that process is systemd's child (here the test's: it is the
+// subreaper the orphans go to).
+func TestAdoptWaitsForInitToBeSystemdsChild(t *testing.T) {
 	pidFile := filepath.Join(t.TempDir(), "pid")
+	sd := fakeSystemd(t)
 	script := `sh -c 'sleep 30 & echo $! > ` + pidFile + `; sleep 0.3' & exit 0`
-	start := time.Now()
-	done := make(chan int, 1)
-	go func() { done <- Supervise("", "/bin/sh", []string{"sh", "-c", script}, pidFile, 10*time.Second) }()
-	var rc int
-	select {
-	case rc = <-done:
-	case <-time.After(15 * time.Second):
-		t.Fatal("Supervise did not return")
+	if rc := runRuntime("", "/bin/sh", []string{"sh", "-c", script}); rc != 0 {
+		t.Fatalf("runtime rc %d", rc)
 	}
-	if rc != 0 {
+	start := time.Now()
+	if rc := adopt("", pidFile, nil, os.Getpid(), sd.notify, 10*time.Second); rc != 0 {
 		t.Fatalf("rc %d", rc)
 	}
-	if d := time.Since(start); d < 250*time.Millisecond {
+	if d := time.Since(start); d < 200*time.Millisecond {
 		t.Errorf("returned after %v, before the intermediate exited", d)
 	}
 	b, _ := os.ReadFile(pidFile)
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	ppid, alive := parentOf(pid)
-	if !alive || ppid != os.Getpid() {
-		t.Errorf("init %d: parent %d alive %v, want our pid %d", pid, ppid, alive, os.Getpid())
+	defer func() {
+		syscall.Kill(pid, syscall.SIGKILL)
+		var ws syscall.WaitStatus
+		syscall.Wait4(pid, &ws, 0, nil)
+	}()
+	if got := sd.next(t); got.msg != "MAINPID="+strconv.Itoa(pid) || got.parent != os.Getpid() {
+		t.Errorf("systemd got %q while the init's parent was %d, want MAINPID=%d from our child", got.msg, got.parent, pid)
 	}
-	syscall.Kill(pid, syscall.SIGKILL)
-	var ws syscall.WaitStatus
-	syscall.Wait4(pid, &ws, 0, nil)
+}
+
+// The start step runs only after systemd has processed MAINPID (the
+// barrier), without $NOTIFY_SOCKET in its environment.
+func TestAdoptNamesTheMainPIDBeforeTheStart(t *testing.T) {
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	sd := fakeSystemd(t)
+	started := sd.marker
+	t.Setenv("NOTIFY_SOCKET", sd.notify.Socket)
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)), 0o644)
+	startStep := []string{"/bin/sh", "-c", `[ -z "$NOTIFY_SOCKET" ] || exit 9; touch ` + started}
+	if rc := adopt("", pidFile, startStep, os.Getpid(), fdstore.Notify{}, 10*time.Second); rc != 0 {
+		t.Fatalf("rc %d", rc)
+	}
+	if got := sd.next(t); got.msg != "MAINPID="+strconv.Itoa(cmd.Process.Pid) || got.startedBefore {
+		t.Errorf("systemd got %q, start step already run: %v", got.msg, got.startedBefore)
+	}
+	if got := sd.next(t); got.msg != "BARRIER=1" || got.startedBefore {
+		t.Errorf("systemd got %q, start step already run: %v", got.msg, got.startedBefore)
+	}
+	if _, err := os.Stat(started); err != nil {
+		t.Errorf("start step did not run: %v", err)
+	}
+}
+
+// A unit without a notify socket cannot learn the main PID from the
+// wrapper: the start step must not run then (the init would run with
+// systemd not knowing it).
+func TestAdoptRefusesToStartWithoutNotifySocket(t *testing.T) {
+	dir := t.TempDir()
+	pidFile, started := filepath.Join(dir, "pid"), filepath.Join(dir, "started")
+	t.Setenv("NOTIFY_SOCKET", "")
+	os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())), 0o644)
+	if rc := adopt("", pidFile, []string{"/usr/bin/touch", started}, os.Getppid(), fdstore.Notify{}, time.Second); rc != 1 {
+		t.Errorf("rc %d, want 1", rc)
+	}
+	if _, err := os.Stat(started); err == nil {
+		t.Error("start step ran")
+	}
+	// Without a start step (an older unit with PIDFile=) it is fine.
+	if rc := adopt("", pidFile, nil, os.Getppid(), fdstore.Notify{}, time.Second); rc != 0 {
+		t.Errorf("without a start step: rc %d", rc)
+	}
 }
 
 func TestSuperviseRuntimeFailure(t *testing.T) {
-	if rc := Supervise("", "/bin/sh", []string{"sh", "-c", "exit 3"}, filepath.Join(t.TempDir(), "pid"), time.Second); rc != 3 {
+	if rc := Supervise("", "/bin/sh", []string{"sh", "-c", "exit 3"}, filepath.Join(t.TempDir(), "pid"), []string{"/bin/true"}, time.Second); rc != 3 {
 		t.Errorf("rc %d, want the runtime's 3", rc)
+	}
+}
+
+type notifyMsg struct {
+	msg           string
+	parent        int  // MAINPID's parent when the message arrived
+	startedBefore bool // the start step's marker existed when it arrived
+}
+
+// fakeSystemdSock is a notify socket that records each message and, like
+// systemd, closes a barrier's pipe after every earlier message.
+type fakeSystemdSock struct {
+	notify fdstore.Notify
+	msgs   chan notifyMsg
+	marker string // the start step's marker
+}
+
+func fakeSystemd(t *testing.T) *fakeSystemdSock {
+	t.Helper()
+	sd := &fakeSystemdSock{notify: fdstore.Notify{Socket: filepath.Join(t.TempDir(), "notify")}, msgs: make(chan notifyMsg, 8)}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: sd.notify.Socket}); err != nil {
+		t.Fatal(err)
+	}
+	sd.marker = filepath.Join(filepath.Dir(sd.notify.Socket), "started")
+	marker := sd.marker
+	go func() {
+		defer unix.Close(fd)
+		buf, oob := make([]byte, 256), make([]byte, 64)
+		for {
+			n, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, 0)
+			if err != nil {
+				return
+			}
+			m := notifyMsg{msg: string(buf[:n])}
+			if p, ok := strings.CutPrefix(m.msg, "MAINPID="); ok {
+				pid, _ := strconv.Atoi(p)
+				m.parent, _ = parentOf(pid)
+			}
+			_, err = os.Stat(marker)
+			m.startedBefore = err == nil
+			if oobn > 0 {
+				msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+				for _, cm := range msgs {
+					fds, _ := unix.ParseUnixRights(&cm)
+					for _, f := range fds {
+						unix.Close(f)
+					}
+				}
+			}
+			sd.msgs <- m
+			if m.msg == "STOP" {
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		if c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0); err == nil {
+			_ = unix.Sendto(c, []byte("STOP"), 0, &unix.SockaddrUnix{Name: sd.notify.Socket})
+			unix.Close(c)
+		}
+	})
+	return sd
+}
+
+func (sd *fakeSystemdSock) next(t *testing.T) notifyMsg {
+	t.Helper()
+	select {
+	case m := <-sd.msgs:
+		return m
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification")
+		return notifyMsg{}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/podunit/podunit/console"
+	"github.com/podunit/podunit/fdstore"
 	"github.com/podunit/podunit/logrelay"
 )
 
@@ -30,7 +31,7 @@ const masterWait = 10 * time.Second
 
 // superviseTerminal is Supervise for a tty container: it receives the
 // terminal on the console socket while the runtime creates the container,
-// hands it to the relay, then waits for the init like Supervise.
+// hands it to the relay, then adopts and starts the init like Supervise.
 func superviseTerminal(o Options, path string, warn io.Writer) int {
 	lis, err := console.Listen(o.ConsoleSocket)
 	if err != nil {
@@ -65,8 +66,7 @@ func superviseTerminal(o Options, path string, warn io.Writer) int {
 		fmt.Fprintln(warn, "podunit _stdio:", err)
 		return 1
 	}
-	awaitInit(o.PIDFile, 30*time.Second)
-	return 0
+	return adopt(o.MountNS, o.PIDFile, o.StartArgv, os.Getppid(), fdstore.Notify{}, 30*time.Second)
 }
 
 // holdTerminal hands the master and a journald stream to the node's relay,

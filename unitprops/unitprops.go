@@ -34,10 +34,10 @@ type Service struct {
 	Unit        string // for error messages only; the name is not a property
 	Slice       string
 	Description string
-	PIDFile     string
-	ExecStart   Exec
-	// ExecStartPost runs once systemd knows the main PID.
-	ExecStartPost Exec
+	// ExecStart is the control process that creates and starts the
+	// container; it names the container's init the main process with
+	// sd_notify (MAINPID=) before the init runs.
+	ExecStart Exec
 	// ExecStopPost runs after the main process is gone, also when the start
 	// failed; it records the exit status while podunit may be down.
 	ExecStopPost Exec
@@ -46,8 +46,8 @@ type Service struct {
 	// StopTimeout is how long the main process has after KillSignal before
 	// systemd SIGKILLs the whole cgroup. Zero means the systemd default.
 	StopTimeout time.Duration
-	// StartTimeout bounds the start job (ExecStart and ExecStartPost): the
-	// runtime's create and start. Zero means the manager's
+	// StartTimeout bounds the start job (ExecStart): the runtime's create
+	// and start. Zero means the manager's
 	// DefaultTimeoutStartSec, which differs between nodes and would let
 	// systemd kill a slow start that podunit still waits for.
 	StartTimeout time.Duration
@@ -94,16 +94,19 @@ func Properties(s Service, r *runtimeapi.LinuxContainerResources, caps Caps) ([]
 	if !strings.HasSuffix(s.Slice, ".slice") || strings.Contains(s.Slice, "/") {
 		return nil, fmt.Errorf("unit %s: slice %q: %w", s.Unit, s.Slice, errdefs.ErrInvalid)
 	}
-	if len(s.ExecStart.Argv) == 0 || s.PIDFile == "" {
-		return nil, fmt.Errorf("unit %s: ExecStart and PIDFile are required: %w", s.Unit, errdefs.ErrInvalid)
+	if len(s.ExecStart.Argv) == 0 {
+		return nil, fmt.Errorf("unit %s: ExecStart is required: %w", s.Unit, errdefs.ErrInvalid)
 	}
 	props := []systemd.Property{
 		prop("Description", s.Description),
 		prop("Slice", s.Slice),
-		// runc run --detach exits once the container's init runs; systemd
-		// then adopts the PID from the file as the unit's main process.
+		// ExecStart creates the container, names its init the main process
+		// (MAINPID=, so only a control process's messages: exec), starts
+		// it and exits; the unit is active when it has. No PID file to
+		// read and no guessing: the main PID is what ExecStart said.
 		prop("Type", "forking"),
-		prop("PIDFile", s.PIDFile),
+		prop("NotifyAccess", "exec"),
+		prop("GuessMainPID", false),
 		execProp("ExecStart", s.ExecStart),
 		// The OCI runtime creates the container's own cgroup below the unit's.
 		prop("Delegate", true),
@@ -121,9 +124,6 @@ func Properties(s Service, r *runtimeapi.LinuxContainerResources, caps Caps) ([]
 		// systemd's DefaultTasksMax is meant for daemons, not workloads;
 		// pids limits belong to the pod's slice (kubelet podPidsLimit).
 		PidsProperty(0),
-	}
-	if len(s.ExecStartPost.Argv) > 0 {
-		props = append(props, execProp("ExecStartPost", s.ExecStartPost))
 	}
 	if len(s.ExecStopPost.Argv) > 0 {
 		props = append(props, execProp("ExecStopPost", s.ExecStopPost))

@@ -41,11 +41,11 @@ func baseService() Service {
 		Unit:        "podunit-ctr-abc.service",
 		Slice:       "kubepods-besteffort-pod1.slice",
 		Description: "default/web/nginx",
-		PIDFile:     "/run/podunit/containers/abc/pid",
-		ExecStart: Exec{Argv: []string{"/usr/bin/podunit", "_stdio", "--unit", "podunit-ctr-abc.service", "--",
+		ExecStart: Exec{Argv: []string{"/usr/bin/podunit", "_stdio", "--unit", "podunit-ctr-abc.service",
+			"--pid-file", "/run/podunit/containers/abc/pid",
+			"--start-arg=/usr/sbin/runc", "--start-arg=--root", "--start-arg=/run/podunit/runc", "--start-arg=start", "--start-arg=abc", "--",
 			"/usr/sbin/runc", "--root", "/run/podunit/runc", "create", "--pid-file",
 			"/run/podunit/containers/abc/pid", "-b", "/run/podunit/containers/abc/bundle", "abc"}},
-		ExecStartPost:    Exec{Argv: []string{"/usr/sbin/runc", "--root", "/run/podunit/runc", "start", "abc"}},
 		ExecStopPost:     Exec{Argv: []string{"/usr/bin/podunit", "_exitrec", "/var/lib/podunit/containers/abc"}, IgnoreFailure: true},
 		KillSignal:       15,
 		StopTimeout:      30 * time.Second,
@@ -68,7 +68,7 @@ func TestPropertiesGolden(t *testing.T) {
 		res  *runtimeapi.LinuxContainerResources
 		caps Caps
 	}{
-		{"minimal-v1", Service{Unit: "u.service", Slice: "podunit.slice", PIDFile: "/p",
+		{"minimal-v1", Service{Unit: "u.service", Slice: "podunit.slice",
 			ExecStart: Exec{Argv: []string{"/bin/true"}}}, nil, Caps{SystemdVersion: 252}},
 		{"full-v1-252", baseService(), full, Caps{SystemdVersion: 252}},
 		{"full-v2-252", baseService(), full, Caps{SystemdVersion: 252, CgroupV2: true}},
@@ -165,7 +165,7 @@ func TestExecIgnoreFailureOnTheWire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{"ExecStart": false, "ExecStartPost": false, "ExecStopPost": true}
+	want := map[string]bool{"ExecStart": false, "ExecStopPost": true}
 	for _, p := range props {
 		w, ok := want[p.Name]
 		if !ok {
