@@ -27,15 +27,7 @@ func TestValidName(t *testing.T) {
 
 // What systemd receives: the state text and the descriptor.
 func TestStoreAndRemoveMessages(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "notify")
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
-		t.Fatal(err)
-	}
+	sock, fd := notifySocket(t)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -88,15 +80,7 @@ func TestStoreAndRemoveMessages(t *testing.T) {
 // MainPID returns only once "systemd" closed the barrier's pipe: until
 // then an exit of the new main PID could be seen before the message.
 func TestMainPIDWaitsForTheBarrier(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "notify")
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
-		t.Fatal(err)
-	}
+	sock, fd := notifySocket(t)
 	processed := make(chan string, 2)
 	var closedAt atomic.Int64 // unix nanoseconds
 	go func() {
@@ -137,20 +121,28 @@ func TestMainPIDWaitsForTheBarrier(t *testing.T) {
 
 // A systemd that never gets to the barrier: MainPID gives up.
 func TestMainPIDBarrierTimeout(t *testing.T) {
-	sock := filepath.Join(t.TempDir(), "notify")
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: sock}); err != nil {
-		t.Fatal(err)
-	}
-	err = (Notify{Socket: sock}).MainPID(1234, 100*time.Millisecond)
+	sock, _ := notifySocket(t)
+	err := (Notify{Socket: sock}).MainPID(1234, 100*time.Millisecond)
 	if !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("got %v, want a timeout", err)
 	}
 	if err := (Notify{Socket: sock}).MainPID(1, time.Second); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Fatalf("pid 1: got %v", err)
 	}
+}
+
+// notifySocket is a datagram socket bound where a service's
+// $NOTIFY_SOCKET would point, closed at the test's end.
+func notifySocket(t *testing.T) (path string, fd int) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "notify")
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+	return path, fd
 }
