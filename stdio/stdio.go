@@ -1,7 +1,8 @@
 // Package stdio is the ExecStart= wrapper of a container unit
-// (`podunit _stdio`). It connects the container's stdout and stderr to
-// journald as two separate stream connections and then execs the OCI
-// runtime, which hands them to the container's init.
+// (`podunit _stdio`). It gives the container its stdout and stderr (pipes
+// to the node's log relay, or two journald streams), runs the OCI
+// runtime's create, names the created init the unit's main process and
+// runs the runtime's start (Supervise).
 //
 // Without it systemd gives the service one stream for both fds
 // (StandardError=journal dups stdout's), so stdout and stderr could not be
