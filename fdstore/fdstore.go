@@ -128,11 +128,19 @@ func (s Notify) barrier(timeout time.Duration) error {
 	}
 }
 
-func (s Notify) send(state string, fds []int) error {
-	path := s.Socket
-	if path == "" {
-		path = os.Getenv("NOTIFY_SOCKET")
+// Available says whether there is a notify socket to speak to: the
+// service has NotifyAccess= (or Type=notify), or Socket is set.
+func (s Notify) Available() bool { return s.path() != "" }
+
+func (s Notify) path() string {
+	if s.Socket != "" {
+		return s.Socket
 	}
+	return os.Getenv("NOTIFY_SOCKET")
+}
+
+func (s Notify) send(state string, fds []int) error {
+	path := s.path()
 	if path == "" {
 		return fmt.Errorf("no NOTIFY_SOCKET: not running under systemd: %w", errdefs.ErrUnavailable)
 	}

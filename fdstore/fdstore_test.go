@@ -77,6 +77,22 @@ func TestStoreAndRemoveMessages(t *testing.T) {
 	}
 }
 
+// Available follows the same socket as the messages: Socket, else
+// $NOTIFY_SOCKET.
+func TestAvailable(t *testing.T) {
+	t.Setenv("NOTIFY_SOCKET", "")
+	if (Notify{}).Available() {
+		t.Error("available without a socket")
+	}
+	if !(Notify{Socket: "/x"}).Available() {
+		t.Error("Socket set but not available")
+	}
+	t.Setenv("NOTIFY_SOCKET", "@sd")
+	if !(Notify{}).Available() {
+		t.Error("$NOTIFY_SOCKET set but not available")
+	}
+}
+
 // MainPID returns only once "systemd" closed the barrier's pipe: until
 // then an exit of the new main PID could be seen before the message.
 func TestMainPIDWaitsForTheBarrier(t *testing.T) {

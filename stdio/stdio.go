@@ -267,7 +267,7 @@ func Supervise(mountNS, path string, argv []string, pidFile string, start []stri
 // ExecStartPost=) systemd reads the PID file once this process exits.
 func adopt(mountNS, pidFile string, start []string, parent int, notify fdstore.Notify, timeout time.Duration) int {
 	pid := awaitInit(pidFile, parent, timeout)
-	if os.Getenv("NOTIFY_SOCKET") == "" && notify.Socket == "" {
+	if !notify.Available() {
 		if len(start) > 0 {
 			fmt.Fprintln(os.Stderr, "podunit _stdio: no NOTIFY_SOCKET: the unit needs NotifyAccess=exec for the start step")
 			return 1
