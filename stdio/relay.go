@@ -45,9 +45,11 @@ const relayFlag = "--relay-child"
 // The split is for the start path: the pipes are all the runtime needs,
 // so the wrapper runs `runc create` while handOff runs (journald's two
 // accepts and the relay's reply, which took ~25 ms before runc even
-// started). The container's init only runs at `runc start`, after the
-// wrapper has exited, so nothing it writes waits on handOff; what the
-// runtime itself writes before then waits in the pipes.
+// started). The wrapper runs the start step itself too, and what the
+// container or the runtime writes before handOff is done waits in the
+// pipes (a writer blocks only once a pipe's 64 KiB are full). The
+// wrapper exits only after handOff: the read ends live in this process
+// until the relay has them.
 //
 // Each stream is relayed by cat(1): stdin the pipe, stdout the socket. It
 // is about 1 MB of memory per stream; re-executing podunit itself costs
