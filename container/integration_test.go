@@ -387,7 +387,9 @@ func (ie *inside) checkJournal(ctx context.Context, t *testing.T, unit, id strin
 	}
 	o, e := seen["out-line"], seen["err-line"]
 	if o == nil || e == nil {
-		t.Fatalf("container lines not in the journal of %s: %v", unit, seen)
+		// Where the lines went, if anywhere (another unit, no unit).
+		all, _ := exec.CommandContext(ctx, "journalctl", "--no-pager", "-o", "json", "MESSAGE=out-line", "+", "MESSAGE=err-line").Output()
+		t.Fatalf("container lines not in the journal of %s: %v\nthe lines in the whole journal: %s", unit, seen, all)
 	}
 	if o["PRIORITY"] != "6" || e["PRIORITY"] != "3" || o["_STREAM_ID"] == e["_STREAM_ID"] {
 		t.Errorf("streams not distinguishable: stdout %v/%v stderr %v/%v", o["PRIORITY"], o["_STREAM_ID"], e["PRIORITY"], e["_STREAM_ID"])
