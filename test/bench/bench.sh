@@ -364,10 +364,17 @@ done
 	echo "os=$(. /etc/os-release && echo "$PRETTY_NAME")"
 	echo "harness_systemd=$(hx systemctl --version | head -1)"
 	# what the binary was built from (the tree may have moved on since)
-	echo "podunit=$(go version -m "$PODUNIT_BINARY" | awk '$1 == "build" {split($2, kv, "=")}
+	built=""
+	built=$(go version -m "$PODUNIT_BINARY" | awk '$1 == "build" {split($2, kv, "=")}
 		kv[1] == "vcs.revision" {r = substr(kv[2], 1, 7)} kv[1] == "vcs.time" {t = kv[2]}
 		kv[1] == "vcs.modified" && kv[2] == "true" {m = " + uncommitted changes"}
-		END {print r m " (commit time " t ")"}')"
+		END {if (r != "") print r m " (commit time " t ")"}')
+	if [[ -z $built ]]; then
+		# go build stamps no VCS data in a linked worktree: name the tree's
+		# commit, which make bench built the binary from
+		built="$(git -C "$REPO" rev-parse --short=7 HEAD)$(git -C "$REPO" diff --quiet HEAD -- || echo " + uncommitted changes") (commit time $(git -C "$REPO" log -1 --format=%cI); from the tree, the binary has no VCS stamp)"
+	fi
+	echo "podunit=$built"
 	echo "containerd=$(containerd --version | awk '{print $3}')"
 	echo "containerd2=$("$CTRD2_DIR/containerd" --version | awk '{print $3}' | sed 's/^v//')"
 	echo "runc=$(runc --version | awk 'NR == 1 {print $3}')"
