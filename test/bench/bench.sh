@@ -364,7 +364,6 @@ done
 	echo "os=$(. /etc/os-release && echo "$PRETTY_NAME")"
 	echo "harness_systemd=$(hx systemctl --version | head -1)"
 	# what the binary was built from (the tree may have moved on since)
-	built=""
 	built=$(go version -m "$PODUNIT_BINARY" | awk '$1 == "build" {split($2, kv, "=")}
 		kv[1] == "vcs.revision" {r = substr(kv[2], 1, 7)} kv[1] == "vcs.time" {t = kv[2]}
 		kv[1] == "vcs.modified" && kv[2] == "true" {m = " + uncommitted changes"}
