@@ -439,7 +439,9 @@ run_figure() { # FIGURE RUNTIME ROUND
 		"$CRIBENCH" startlat -endpoint "$ep" -name "$rt" -n 50 -parallel 1 -out "$RES" >"$lg" 2>&1 ||
 			fail startlat-seq "$rt" "$lg"
 		"$CRIBENCH" startlat -endpoint "$ep" -name "$rt" -n 40 -parallel 20 -out "$RES" >>"$lg" 2>&1 ||
-			fail startlat-conc "$rt" "$lg" ;;
+			fail startlat-conc "$rt" "$lg"
+		"$CRIBENCH" startlat -endpoint "$ep" -name "$rt" -n 40 -parallel 20 -phased -out "$RES" >>"$lg" 2>&1 ||
+			fail startlat-phased "$rt" "$lg" ;;
 	critest)
 		local out=$BENCH_OUT/critest-$rt-$round
 		mkdir -p "$out/data"

@@ -391,6 +391,9 @@ func cmdStartLat(args []string) (retErr error) {
 	n := fs.Int("n", 50, "samples")
 	par := fs.Int("parallel", 1, "pods started together (a burst); bursts run one after the other")
 	warm := fs.Int("warmup", 2, "untimed pods first (image and pause image in place, caches warm)")
+	phased := fs.Bool("phased", false, "bursts by call: each burst's pods run one after the other, then all its "+
+		"CreateContainer calls at once, then all its StartContainer calls at once (every runtime's calls meet the same "+
+		"number of their own kind in flight); total is StartContainer to RUNNING")
 	fs.Parse(args)
 	ctx := context.Background()
 	if err := t.connect(ctx); err != nil {
@@ -413,20 +416,16 @@ func cmdStartLat(args []string) (retErr error) {
 	for done := 0; done < *n; {
 		burst := min(*par, *n-done)
 		res := make([]startTimes, burst)
-		errs := make([]error, burst)
-		var wg sync.WaitGroup
-		gate := make(chan struct{})
-		for i := range burst {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-gate
-				res[i], errs[i] = t.startOne(ctx)
-			}()
+		var err error
+		if *phased {
+			res, err = t.startPhased(ctx, burst)
+		} else {
+			err = together(burst, func(i int) (err error) {
+				res[i], err = t.startOne(ctx)
+				return err
+			})
 		}
-		close(gate)
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
+		if err != nil {
 			return err
 		}
 		for _, r := range res {
@@ -443,10 +442,80 @@ func cmdStartLat(args []string) (retErr error) {
 			}
 		}
 	}
-	fmt.Printf("%-11s startlat parallel=%d n=%d total p50 %.1f ms p99 %.1f ms\n", t.Name, *par, *n,
+	params := map[string]string{"n": strconv.Itoa(*n), "parallel": strconv.Itoa(*par)}
+	if *phased {
+		params["phased"] = "1"
+	}
+	fmt.Printf("%-11s startlat parallel=%d phased=%v n=%d total p50 %.1f ms p99 %.1f ms\n", t.Name, *par, *phased, *n,
 		percentile(samples["total"], 50), percentile(samples["total"], 99))
-	return appendResult(t.Out, Result{Kind: "startlat", Runtime: t.Name,
-		Params: map[string]string{"n": strconv.Itoa(*n), "parallel": strconv.Itoa(*par)}, Samples: samples})
+	return appendResult(t.Out, Result{Kind: "startlat", Runtime: t.Name, Params: params, Samples: samples})
+}
+
+// startPhased is one burst of startlat -phased: k pods run one after the
+// other, then their k CreateContainer calls at once, then their k
+// StartContainer calls at once. Total is from the StartContainer call to
+// RUNNING.
+func (t *target) startPhased(ctx context.Context, k int) ([]startTimes, error) {
+	res := make([]startTimes, k)
+	pods := make([]string, k)
+	pcfgs := make([]*runtimeapi.PodSandboxConfig, k)
+	for i := range k {
+		pcfgs[i] = t.podConfig("start")
+		t0 := time.Now()
+		pr, err := t.rt.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: pcfgs[i]})
+		if err != nil {
+			return nil, fmt.Errorf("RunPodSandbox: %w", err)
+		}
+		res[i].Runp = ms(time.Since(t0))
+		t.track(pr.PodSandboxId)
+		pods[i] = pr.PodSandboxId
+	}
+	ctrs := make([]string, k)
+	err := together(k, func(i int) error {
+		t0 := time.Now()
+		cr, err := t.rt.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+			PodSandboxId: pods[i], Config: t.ctrConfig(), SandboxConfig: pcfgs[i]})
+		if err != nil {
+			return fmt.Errorf("CreateContainer: %w", err)
+		}
+		res[i].Create = ms(time.Since(t0))
+		ctrs[i] = cr.ContainerId
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = together(k, func(i int) error {
+		t0 := time.Now()
+		if _, err := t.rt.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: ctrs[i]}); err != nil {
+			return fmt.Errorf("StartContainer: %w", err)
+		}
+		res[i].Start = ms(time.Since(t0))
+		if err := t.waitRunning(ctx, ctrs[i]); err != nil {
+			return err
+		}
+		res[i].Total = ms(time.Since(t0))
+		return nil
+	})
+	return res, err
+}
+
+// together runs f(0) … f(k-1) in goroutines released at once.
+func together(k int, f func(i int) error) error {
+	errs := make([]error, k)
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i := range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			errs[i] = f(i)
+		}()
+	}
+	close(gate)
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func cmdRunp(args []string) (retErr error) {
