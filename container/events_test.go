@@ -83,3 +83,20 @@ func TestLifecycleEvents(t *testing.T) {
 		t.Fatalf("status %v", st)
 	}
 }
+
+// A unit signal handled late, after the unit became active again under
+// the same name (Start's retry of a start whose cgroup vanished), must
+// not settle the running container: its state is the failed attempt's.
+func TestStaleUnitStoppedKeepsRunning(t *testing.T) {
+	e := newEnv(t)
+	id := e.create("pod1", "app")
+	if err := e.m.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.UnitStopped(ctx, id, systemd.UnitState{ActiveState: "failed"}); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.status(id); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("after a stale unit signal: %v exit %d %q", st.State, st.ExitCode, st.Reason)
+	}
+}

@@ -523,8 +523,17 @@ func (m *Manager) settleLocked(ctx context.Context, c *ctr, state string, svc ma
 	}
 	rec, err := exitrec.Read(m.stateDir(r.ID))
 	if err != nil && state != unitGoneState && svc == nil {
-		// Inactive but still loaded and no record: ask systemd.
-		if p, perr := m.sd.UnitProperties(ctx, r.Unit, "Service", exitProps...); perr == nil {
+		// Inactive but still loaded and no record: ask systemd, also
+		// whether it is still inactive. The state may be older than the
+		// unit: a unit signal of a start attempt that failed reaches here
+		// after Start's retry made the unit active again under the same
+		// name (conformance CI of 67a48a7: a running container reported
+		// EXITED 255).
+		if p, perr := m.sd.UnitProperties(ctx, r.Unit, "Service", settleProps...); perr == nil {
+			switch p["ActiveState"] {
+			case "active", "activating", "deactivating", "reloading":
+				return
+			}
 			svc = p
 		}
 	}
@@ -583,6 +592,9 @@ func reason(code int32, oom bool) string {
 
 // exitProps are the Service properties fromUnitProps reads.
 var exitProps = []string{"ExecMainCode", "ExecMainStatus", "Result"}
+
+// settleProps are exitProps and the unit's current ActiveState.
+var settleProps = append([]string{"ActiveState"}, exitProps...)
 
 // fromUnitProps reads the exit of a unit systemd still has loaded.
 func fromUnitProps(p map[string]any) (int32, string) {
